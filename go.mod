@@ -3,7 +3,9 @@ module github.com/krunbox/krunbox
 go 1.26.0
 
 require (
+	github.com/docker/go-units v0.5.0
 	github.com/mdlayher/vsock v1.4.0
+	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.50.0
 )
