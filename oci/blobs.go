@@ -198,6 +198,14 @@ func (r *fetchReader) Read(p []byte) (int, error) {
 // verifying the uncompressed digest (diff_id) at the end.
 func decompress(ctx context.Context, s *Store, b *blobFetch, sp layerSpec, pipe *chunkPipe) {
 	err := decompressTo(ctx, b, sp, pipe)
+	if err != nil && !b.isCached() {
+		// Damaged data may reach the decompressor before the download
+		// ends and its digest check names the problem: prefer that.
+		<-b.ended
+		if b.err != nil {
+			err = b.err
+		}
+	}
 	if err != nil && b.isCached() && !errors.Is(err, context.Canceled) {
 		// The cached copy is damaged: drop it so that the next pull
 		// fetches it again.
