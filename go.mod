@@ -9,6 +9,7 @@ require (
 	github.com/mdlayher/vsock v1.4.0
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.50.0
+	golang.org/x/term v0.47.0
 )
 
 require (

@@ -40,17 +40,3 @@ func lockFile(ctx context.Context, path string, exclusive bool) (func(), error) 
 		wait = min(wait*2, 50*time.Millisecond)
 	}
 }
-
-// tryLock takes an exclusive flock on path without waiting; ok is false
-// when someone else holds it.
-func tryLock(path string) (unlock func(), ok bool) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, false
-	}
-	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-		f.Close()
-		return nil, false
-	}
-	return func() { f.Close() }, true
-}

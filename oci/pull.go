@@ -46,11 +46,11 @@ type ProgressState int
 
 // Layer states, in the order a layer goes through them.
 const (
-	LayerFetching  ProgressState = iota // downloading; Done says how far
-	LayerFetched                        // downloaded and verified
-	LayerCached                         // already in the blob cache
-	LayerApplying                       // being flattened
-	LayerApplied                        // flattened
+	LayerFetching ProgressState = iota // downloading; Done says how far
+	LayerFetched                       // downloaded and verified
+	LayerCached                        // already in the blob cache
+	LayerApplying                      // being flattened
+	LayerApplied                       // flattened
 )
 
 func (s ProgressState) String() string {

@@ -108,7 +108,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
-func (s *Store) path(elem ...string) string { return filepath.Join(append([]string{s.dir}, elem...)...) }
+func (s *Store) path(elem ...string) string {
+	return filepath.Join(append([]string{s.dir}, elem...)...)
+}
 
 func (s *Store) blobPath(h v1.Hash) string { return s.path("blobs", h.Algorithm, h.Hex) }
 

@@ -197,7 +197,7 @@ func (a *Applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 		return a.whiteout(parent, base)
 	}
 	switch hdr.Typeflag {
-	case tar.TypeDir, tar.TypeReg, tar.TypeRegA, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo, tar.TypeChar, tar.TypeBlock:
+	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo, tar.TypeChar, tar.TypeBlock:
 	default:
 		slog.Debug("skipping tar entry of unsupported type", "name", hdr.Name, "type", string(hdr.Typeflag))
 		return nil
@@ -210,7 +210,7 @@ func (a *Applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return a.dir(pfd, parent, base, hdr)
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
 		return a.file(pfd, base, hdr, tr)
 	case tar.TypeSymlink:
 		return a.symlink(pfd, base, hdr)
