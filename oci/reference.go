@@ -55,11 +55,7 @@ type source struct {
 func parseSource(s string) (source, error) {
 	switch {
 	case strings.HasPrefix(s, LayoutPrefix):
-		p, tag, _ := strings.Cut(strings.TrimPrefix(s, LayoutPrefix), ":")
-		if p == "" {
-			return source{}, fmt.Errorf("reference %q: no layout directory after %q", s, LayoutPrefix)
-		}
-		abs, err := filepath.Abs(p)
+		abs, tag, err := offlinePath(s, LayoutPrefix)
 		if err != nil {
 			return source{}, err
 		}
@@ -69,11 +65,7 @@ func parseSource(s string) (source, error) {
 		}
 		return source{kind: layoutSource, name: n, path: abs, tag: tag}, nil
 	case strings.HasPrefix(s, ArchivePrefix):
-		p, r, _ := strings.Cut(strings.TrimPrefix(s, ArchivePrefix), ":")
-		if p == "" {
-			return source{}, fmt.Errorf("reference %q: no archive file after %q", s, ArchivePrefix)
-		}
-		abs, err := filepath.Abs(p)
+		abs, r, err := offlinePath(s, ArchivePrefix)
 		if err != nil {
 			return source{}, err
 		}
@@ -94,6 +86,16 @@ func parseSource(s string) (source, error) {
 		}
 		return source{kind: registrySource, name: ref.Name(), ref: ref}, nil
 	}
+}
+
+// offlinePath splits PREFIX:PATH[:REST] into the absolute PATH and REST.
+func offlinePath(s, prefix string) (abs, rest string, err error) {
+	p, rest, _ := strings.Cut(strings.TrimPrefix(s, prefix), ":")
+	if p == "" {
+		return "", "", fmt.Errorf("reference %q: no path after %q", s, prefix)
+	}
+	abs, err = filepath.Abs(p)
+	return abs, rest, err
 }
 
 // fetched is an image picked from a source for one platform.

@@ -522,3 +522,18 @@ func TestReflattenStaleTreeOffline(t *testing.T) {
 	}
 	checkTree(t, again.Rootfs, wantTree())
 }
+
+func TestPullBusybox(t *testing.T) {
+	ref := testimage.Serve(t, testimage.Busybox(t))
+	img, err := openStore(t).Pull(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := testimage.ReadTree(t, img.Rootfs)
+	if tree["bin/sh"].Link != "busybox" || tree["bin/busybox"].Mode.Perm() != 0o755 || tree["tmp"].Type != "dir" {
+		t.Errorf("busybox tree: sh %v, busybox %v, tmp %v", tree["bin/sh"], tree["bin/busybox"], tree["tmp"])
+	}
+	if !strings.Contains(tree["etc/passwd"].Body, "root:x:0:0") || img.Config.Cmd[0] != "/bin/sh" {
+		t.Errorf("passwd %q, config %+v", tree["etc/passwd"].Body, img.Config)
+	}
+}
