@@ -3,6 +3,7 @@ module github.com/krunbox/krunbox
 go 1.26.0
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/mdlayher/vsock v1.4.0
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.50.0
