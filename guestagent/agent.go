@@ -28,6 +28,9 @@ type Options struct {
 	// Setup sets the hostname and mounts the shares: true in a VM, false
 	// for an agent serving a unix socket on a host unless the config asks.
 	Setup bool
+	// Sync syncs the file systems at shutdown: true in a VM, where the VM
+	// stops right after; pointless (and slow) for a process on a host.
+	Sync bool
 	// Warnings are problems met before New (a bad config file), reported
 	// in every hello.
 	Warnings []string
@@ -38,6 +41,7 @@ type Options struct {
 // Agent serves the krunbox protocol: exec, files, health and shutdown.
 type Agent struct {
 	cfg      *protocol.Config
+	sync     bool
 	version  string
 	log      *slog.Logger
 	reaper   *reaper
@@ -85,6 +89,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg:        cfg,
+		sync:       opts.Sync,
 		version:    opts.Version,
 		log:        log,
 		reaper:     r,
@@ -211,7 +216,7 @@ func (a *Agent) watchIdle(idle time.Duration) {
 
 // Shutdown terminates every process the agent started and their
 // descendants (SIGTERM to each process group, SIGKILL to what is left
-// after grace), syncs the file systems, and stops Serve. It returns once
+// after grace), syncs the file systems (Options.Sync), and stops Serve. It returns once
 // all of that is done; calling it again waits for the first call.
 func (a *Agent) Shutdown(grace time.Duration) { a.shutdown(grace, nil) }
 
@@ -220,7 +225,9 @@ func (a *Agent) Shutdown(grace time.Duration) { a.shutdown(grace, nil) }
 func (a *Agent) shutdown(grace time.Duration, answer func()) {
 	a.shutdownOnce.Do(func() {
 		a.terminate(grace)
-		unix.Sync()
+		if a.sync {
+			unix.Sync()
+		}
 		if answer != nil {
 			answer()
 		}

@@ -255,10 +255,11 @@ func (c *conn) writeFile(st *stream, r *protocol.WriteFileRequest) {
 		return
 	}
 	mode := uint32(0o644)
-	switch {
-	case r.Mode != nil:
+	if r.Mode != nil {
 		mode = *r.Mode
-	case exists:
+	}
+	keepMode := exists && r.KeepMode
+	if keepMode {
 		mode = old.Mode & 0o7777
 	}
 
@@ -291,7 +292,7 @@ func (c *conn) writeFile(st *stream, r *protocol.WriteFileRequest) {
 		}
 	}()
 	// Exact mode, umask aside; for a replace, the old file's owner too.
-	if !inPlace || !exists || r.Mode != nil {
+	if !inPlace || !keepMode {
 		if err := unix.Fchmod(int(f.Fd()), mode); err != nil {
 			c.replyError(st, errorFor("chmod", path, err))
 			return

@@ -77,6 +77,7 @@ func run(args []string, started time.Duration) error {
 		Version:  version,
 		Started:  started,
 		Setup:    network == "vsock" || cfg.SetupOutsideVM,
+		Sync:     network == "vsock",
 		Warnings: warnings,
 		Logger:   log,
 	})

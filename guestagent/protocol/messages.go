@@ -240,10 +240,12 @@ func (r *ReadFileRequest) Validate() error {
 // file as it was. Writing to a symbolic link replaces the file it points to.
 type WriteFileRequest struct {
 	Path string `json:"path"`
-	// Mode is the permission bits (with setuid, setgid, sticky) of the file.
-	// Nil keeps an existing file's bits and creates new files with 0644.
-	// The process umask does not apply.
+	// Mode is the permission bits (with setuid, setgid, sticky) of the file;
+	// nil means 0644. The process umask does not apply.
 	Mode *uint32 `json:"mode,omitempty"`
+	// KeepMode keeps an existing file's permission bits: Mode then applies
+	// to a new file only.
+	KeepMode bool `json:"keep_mode,omitempty"`
 	// MkdirAll creates missing parent directories (mode 0755).
 	MkdirAll bool `json:"mkdir_all,omitempty"`
 	// Append writes at the end of the file, in place.

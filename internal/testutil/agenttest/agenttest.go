@@ -1,0 +1,141 @@
+// Package agenttest builds the real guest agent and runs it as an ordinary
+// host process serving a unix socket, for tests that drive it.
+package agenttest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/krunbox/krunbox/guestagent/protocol"
+)
+
+var binary string
+
+// Main builds the agent (CGO_ENABLED=0, as shipped), runs the tests and
+// removes the build. Call it from TestMain.
+func Main(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "krunbox-agenttest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "krunbox-agent")
+	cmd := exec.Command("go", "build", "-o", binary, "github.com/krunbox/krunbox/cmd/krunbox-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build the agent: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// Binary is the path of the agent built by Main.
+func Binary() string { return binary }
+
+// Agent is a running agent process.
+type Agent struct {
+	// Socket is the unix socket it serves.
+	Socket string
+	// Dir holds the socket, config and log.
+	Dir string
+	Cmd *exec.Cmd
+	// Log is the file its stderr goes to.
+	Log string
+
+	exited chan struct{}
+}
+
+// Pid is the agent's process id.
+func (a *Agent) Pid() int { return a.Cmd.Process.Pid }
+
+// Start runs the agent with cfg (nil: an empty config) on a socket in a
+// new temporary directory, waits until it accepts connections, and stops
+// it when the test ends. extraEnv is added to its environment.
+func Start(t testing.TB, cfg *protocol.Config, extraEnv ...string) *Agent {
+	t.Helper()
+	if binary == "" {
+		t.Fatal("agenttest.Main was not called from TestMain")
+	}
+	// A short directory: unix socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "kba")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if cfg == nil {
+		cfg = &protocol.Config{}
+	}
+	cfgPath := filepath.Join(dir, "agent.json")
+	data, _ := json.Marshal(cfg)
+	if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{Socket: filepath.Join(dir, "a.sock"), Dir: dir, Log: filepath.Join(dir, "agent.log")}
+	logf, err := os.Create(a.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	a.Cmd = exec.Command(binary, "--config", cfgPath, "--listen", "unix:"+a.Socket, "--debug")
+	a.Cmd.Stdout, a.Cmd.Stderr = logf, logf
+	a.Cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, extraEnv...)
+	a.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := a.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	a.exited = exited
+	go func() { a.Cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		a.Cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			a.Cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(a.Log)
+			t.Logf("agent log:\n%s", b)
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("unix", a.Socket)
+		if err == nil {
+			c.Close()
+			return a
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(a.Log)
+			t.Fatalf("agent exited before listening: %s", strings.TrimSpace(string(b)))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not listening after 10s: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Wait waits for the agent process to exit and returns its exit code, or
+// false when ctx ends first.
+func (a *Agent) Wait(ctx context.Context) (int, bool) {
+	select {
+	case <-a.exited:
+		return a.Cmd.ProcessState.ExitCode(), true
+	case <-ctx.Done():
+		return -1, false
+	}
+}
