@@ -80,7 +80,11 @@ func (c *conn) serve() {
 	c.nc.SetReadDeadline(time.Now().Add(helloTimeout))
 	f, err := protocol.ReadFrame(br)
 	if err != nil {
-		c.log.Debug("no hello", "err", err)
+		if errors.Is(err, protocol.ErrFrameTooLarge) {
+			c.fail(err)
+		} else {
+			c.log.Debug("no hello", "err", err)
+		}
 		return
 	}
 	if f.Type != protocol.TypeHello || f.Stream != 0 {

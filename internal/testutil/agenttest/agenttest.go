@@ -58,10 +58,25 @@ type Agent struct {
 // Pid is the agent's process id.
 func (a *Agent) Pid() int { return a.Cmd.Process.Pid }
 
+// Option changes how Start runs the agent.
+type Option func(*options)
+
+type options struct {
+	env     []string
+	wrapper []string
+}
+
+// WithEnv adds KEY=VALUE entries to the agent's environment.
+func WithEnv(kv ...string) Option { return func(o *options) { o.env = append(o.env, kv...) } }
+
+// WithWrapper runs the agent under a command, such as
+// "unshare", "-m", "-u", "--".
+func WithWrapper(argv ...string) Option { return func(o *options) { o.wrapper = argv } }
+
 // Start runs the agent with cfg (nil: an empty config) on a socket in a
 // new temporary directory, waits until it accepts connections, and stops
-// it when the test ends. extraEnv is added to its environment.
-func Start(t testing.TB, cfg *protocol.Config, extraEnv ...string) *Agent {
+// it when the test ends.
+func Start(t testing.TB, cfg *protocol.Config, opts ...Option) *Agent {
 	t.Helper()
 	if binary == "" {
 		t.Fatal("agenttest.Main was not called from TestMain")
@@ -86,9 +101,14 @@ func Start(t testing.TB, cfg *protocol.Config, extraEnv ...string) *Agent {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	a.Cmd = exec.Command(binary, "--config", cfgPath, "--listen", "unix:"+a.Socket, "--debug")
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	argv := append(append([]string(nil), o.wrapper...), binary, "--config", cfgPath, "--listen", "unix:"+a.Socket, "--debug")
+	a.Cmd = exec.Command(argv[0], argv[1:]...)
 	a.Cmd.Stdout, a.Cmd.Stderr = logf, logf
-	a.Cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, extraEnv...)
+	a.Cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, o.env...)
 	a.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := a.Cmd.Start(); err != nil {
 		t.Fatal(err)
