@@ -313,7 +313,7 @@ func (s *session) fail(err error) {
 	s.mu.Unlock()
 	s.nc.Close()
 	for _, st := range streams {
-		st.finish(err)
+		st.finish(err, false)
 	}
 }
 
@@ -388,7 +388,7 @@ func (s *session) dispatch(f protocol.Frame) error {
 		if f.Type == protocol.TypeError {
 			endErr = remoteError(f.Body)
 		}
-		st.finish(endErr)
+		st.finish(endErr, false)
 	}
 	return nil
 }
@@ -542,16 +542,18 @@ func (st *stream) wake() {
 	}
 }
 
-// finish marks the stream over: channels not at EOF fail with err.
-func (st *stream) finish(err error) {
+// finish marks the stream over: channels not at EOF fail with err, at
+// once with discard (the stream was abandoned), otherwise once the data
+// received is read.
+func (st *stream) finish(err error, discard bool) {
 	st.mu.Lock()
 	if st.ended == nil {
 		st.ended = err
 	}
 	st.wake()
 	st.mu.Unlock()
-	st.out.CloseWithError(err, false)
-	st.errout.CloseWithError(err, false)
+	st.out.CloseWithError(err, discard)
+	st.errout.CloseWithError(err, discard)
 	if st.in != nil {
 		st.in.Close(err)
 	}
@@ -590,7 +592,7 @@ func (st *stream) cancel() {
 	}
 	st.s.send(protocol.Header{Stream: st.id, Type: protocol.TypeCancel}, nil)
 	st.s.forget(st)
-	st.finish(context.Canceled)
+	st.finish(context.Canceled, true)
 }
 
 // decodeReply turns a Reply into reply and an Error into an error.

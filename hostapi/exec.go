@@ -334,7 +334,7 @@ func (p *Process) kill(cause error) {
 	case <-p.done:
 	case <-t.C:
 		p.st.s.forget(p.st)
-		p.st.finish(cause)
+		p.st.finish(cause, true)
 		<-p.done
 	}
 }
@@ -437,7 +437,7 @@ func (p *Process) Close() error {
 		}
 		p.stop()
 		p.st.s.forget(p.st)
-		p.st.finish(os.ErrClosed)
+		p.st.finish(os.ErrClosed, true)
 	})
 	return nil
 }

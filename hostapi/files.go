@@ -165,6 +165,7 @@ type WriteOptions struct {
 // path until Close succeeds (unless written in place); Abort, a failed
 // write, or cancelling the context leaves the old file as it was.
 type FileWriter struct {
+	ctx  context.Context
 	name string
 	st   *stream
 	stop func() bool
@@ -196,7 +197,7 @@ func (c *Client) Create(ctx context.Context, name string, opts *WriteOptions) (*
 	if err != nil {
 		return nil, pathError("open", name, err)
 	}
-	w := &FileWriter{name: name, st: st}
+	w := &FileWriter{ctx: ctx, name: name, st: st}
 	w.stop = context.AfterFunc(ctx, func() { st.cancel() })
 	return w, nil
 }
@@ -233,6 +234,9 @@ func (w *FileWriter) ReadFrom(r io.Reader) (int64, error) {
 
 // Close completes the file and returns once the agent has put it in place.
 func (w *FileWriter) Close() error {
+	if err := w.ctx.Err(); err != nil {
+		w.abort(err)
+	}
 	w.once.Do(func() {
 		defer w.stop()
 		st := w.st
@@ -254,12 +258,16 @@ func (w *FileWriter) Close() error {
 // Abort discards what was written; an existing file stays as it was
 // (unless written in place).
 func (w *FileWriter) Abort() error {
+	w.abort(errors.New("write aborted"))
+	return nil
+}
+
+func (w *FileWriter) abort(cause error) {
 	w.once.Do(func() {
 		w.stop()
 		w.st.cancel()
-		w.err = pathError("write", w.name, context.Canceled)
+		w.err = pathError("write", w.name, cause)
 	})
-	return nil
 }
 
 // Stat describes a guest file, following symbolic links.

@@ -90,6 +90,7 @@ type Inbox struct {
 	window   int64
 	unacked  int64
 	eof      bool
+	aborted  bool
 	err      error
 	notify   chan struct{}
 	grant    func(n uint32)
@@ -132,8 +133,9 @@ func (in *Inbox) CloseEOF() {
 	in.mu.Unlock()
 }
 
-// CloseWithError makes readers fail with err once no data is buffered (or
-// at once, when discard is set), unless EOF came first.
+// CloseWithError makes readers fail with err once the data buffered is
+// read, unless EOF came first. With discard, the buffered data is dropped
+// and readers fail at once, EOF or not: the transfer is abandoned.
 func (in *Inbox) CloseWithError(err error, discard bool) {
 	in.mu.Lock()
 	if in.err == nil {
@@ -142,6 +144,7 @@ func (in *Inbox) CloseWithError(err error, discard bool) {
 	if discard {
 		in.unacked += in.buffered
 		in.chunks, in.buffered = nil, 0
+		in.aborted = true
 	}
 	in.wakeLocked()
 	in.mu.Unlock()
@@ -168,6 +171,11 @@ func (in *Inbox) ackLocked(force bool) {
 func (in *Inbox) next() ([]byte, error) {
 	for {
 		in.mu.Lock()
+		if in.aborted {
+			err := in.err
+			in.mu.Unlock()
+			return nil, err
+		}
 		if len(in.chunks) > 0 {
 			c := in.chunks[0]
 			in.mu.Unlock()
