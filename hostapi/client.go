@@ -502,11 +502,11 @@ const maxQueued = 16
 
 // stream is the client side of one request.
 type stream struct {
-	s   *session
-	id  uint32
-	out *protocol.Inbox      // ChanOut from the agent
-	errout *protocol.Inbox   // ChanErr from the agent
-	in  *protocol.SendWindow // ChanIn to the agent, or nil
+	s      *session
+	id     uint32
+	out    *protocol.Inbox      // ChanOut from the agent
+	errout *protocol.Inbox      // ChanErr from the agent
+	in     *protocol.SendWindow // ChanIn to the agent, or nil
 
 	mu     sync.Mutex
 	queue  []protocol.Frame // Reply, Error, ExecStarted, ExecExit

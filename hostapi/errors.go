@@ -89,4 +89,3 @@ var errnoNames = sync.OnceValue(func() map[string]syscall.Errno {
 	}
 	return m
 })
-

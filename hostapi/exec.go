@@ -186,7 +186,7 @@ type Process struct {
 	copies sync.WaitGroup
 	stop   func() bool // stops watching the Start context
 
-	done   chan struct{}     // closed when watch has seen the end
+	done   chan struct{}      // closed when watch has seen the end
 	exit   *protocol.ExecExit // set by watch
 	err    error              // set by watch
 	closed sync.Once
