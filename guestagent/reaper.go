@@ -27,7 +27,9 @@ type reaper struct {
 	orphans int // orphans reaped, for tests and logs
 }
 
-func newReaper() (*reaper, error) {
+// theReaper is the process's reaper: there can be only one, since any
+// other would reap (and drop) children registered with it.
+var theReaper = sync.OnceValues(func() (*reaper, error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, &os.SyscallError{Syscall: "prctl(PR_SET_CHILD_SUBREAPER)", Err: err}
 	}
@@ -41,7 +43,10 @@ func newReaper() (*reaper, error) {
 		}
 	}()
 	return r, nil
-}
+})
+
+// newReaper makes the process a child subreaper and returns its reaper.
+func newReaper() (*reaper, error) { return theReaper() }
 
 // start runs fork, which starts one child and returns its pid, and returns
 // a channel that receives the child's wait status once it exits.
