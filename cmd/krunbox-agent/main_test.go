@@ -1,0 +1,109 @@
+package main
+
+import (
+	"debug/elf"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/internal/testutil/agenttest"
+)
+
+func TestMain(m *testing.M) { os.Exit(agenttest.Main(m)) }
+
+func TestListenAddress(t *testing.T) {
+	cfg := &protocol.Config{Port: 1234}
+	for _, tt := range []struct {
+		flag, network, address string
+		ok                     bool
+	}{
+		{"", "vsock", "1234", true},
+		{"vsock:99", "vsock", "99", true},
+		{"unix:/run/a.sock", "unix", "/run/a.sock", true},
+		{"unix:", "", "", false},
+		{"vsock:port", "", "", false},
+		{"tcp:1.2.3.4:5", "", "", false},
+	} {
+		n, a, err := listenAddress(tt.flag, cfg)
+		if (err == nil) != tt.ok || n != tt.network || a != tt.address {
+			t.Errorf("listenAddress(%q) = %q %q %v", tt.flag, n, a, err)
+		}
+	}
+}
+
+func TestStaticAndSelfContained(t *testing.T) {
+	f, err := elf.Open(agenttest.Binary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the agent is dynamically linked")
+		}
+	}
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"/hostapi", "/krun", "/oci", "/cmd/krunbox", "/internal/"} {
+			if strings.HasPrefix(dep, "github.com/krunbox/krunbox"+banned) && dep != "github.com/krunbox/krunbox/cmd/krunbox-agent" {
+				t.Errorf("the agent imports host-side package %s", dep)
+			}
+		}
+	}
+}
+
+func TestBadFlagsAndVersion(t *testing.T) {
+	out, err := exec.Command(agenttest.Binary(), "--version").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Errorf("--version: %q, %v", out, err)
+	}
+	out, err = exec.Command(agenttest.Binary(), "--config", "/nonexistent", "--listen", "tcp:1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "unix:PATH or vsock:PORT") {
+		t.Errorf("bad --listen: %q, %v", out, err)
+	}
+}
+
+func TestBadConfigIsReportedInHello(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "agent.json")
+	os.WriteFile(cfg, []byte(`{"workdir": "relative"}`), 0o644)
+	sock := filepath.Join(dir, "a.sock")
+	cmd := exec.Command(agenttest.Binary(), "--config", cfg, "--listen", "unix:"+sock)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var nc net.Conn
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if nc, err = net.Dial("unix", sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not listening: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	defer nc.Close()
+	nc.Write(protocol.AppendFrame(nil, protocol.Header{Type: protocol.TypeHello}, protocol.Encode(&protocol.Hello{MinVersion: 1, MaxVersion: 1})))
+	f, err := protocol.ReadFrame(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r protocol.HelloReply
+	if err := protocol.Decode(f.Body, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "workdir") || !strings.Contains(r.Warnings[0], cfg) {
+		t.Fatalf("warnings %q, want the config error", r.Warnings)
+	}
+}
