@@ -24,6 +24,8 @@ const (
 	maxStreams = 1024
 	// failWriteTimeout bounds the write of a connection's closing error.
 	failWriteTimeout = time.Second
+	// fileWindow is the window the agent grants a file write.
+	fileWindow = 4 << 20
 )
 
 // conn is one host connection: a reader loop dispatching frames to
@@ -253,8 +255,13 @@ func (c *conn) open(f protocol.Frame) error {
 			invalid = err
 		}
 	}
-	if r, ok := req.(*protocol.ExecRequest); (ok && r.Stdin && invalid == nil) || f.Type == protocol.TypeWriteFile {
+	if r, ok := req.(*protocol.ExecRequest); ok && r.Stdin && invalid == nil {
 		st.in = protocol.NewInbox(protocol.DefaultWindow, func(n uint32) { c.credit(st, n) })
+	}
+	if f.Type == protocol.TypeWriteFile && invalid == nil {
+		// Files move in bulk: a larger window than the hello's, granted now.
+		st.in = protocol.NewInbox(fileWindow, func(n uint32) { c.credit(st, n) })
+		defer c.credit(st, fileWindow-protocol.DefaultWindow)
 	}
 	c.mu.Lock()
 	full := len(c.streams) >= maxStreams
@@ -402,7 +409,13 @@ func (c *conn) credit(st *stream, n uint32) {
 // for io.EOF).
 func (c *conn) sendFrom(st *stream, ch protocol.Channel, r io.Reader, limit int64, chunk int, beforeRead func()) (int64, error) {
 	w := st.window(ch)
-	buf := make([]byte, protocol.HeaderSize+chunk)
+	var buf []byte
+	if chunk == protocol.MaxChunk {
+		buf = protocol.GetBuffer()
+		defer protocol.PutBuffer(buf)
+	} else {
+		buf = make([]byte, protocol.HeaderSize+chunk)
+	}
 	var total int64
 	for limit <= 0 || total < limit {
 		want := chunk

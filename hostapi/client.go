@@ -413,7 +413,12 @@ func (s *session) open(t protocol.Type, req any, in bool) (*stream, error) {
 		body = protocol.Encode(req)
 	}
 	st := &stream{s: s, notify: make(chan struct{}, 1)}
-	st.out = protocol.NewInbox(s.window, func(n uint32) { s.credit(st, protocol.ChanOut, n) })
+	outWindow := s.window
+	if t == protocol.TypeReadFile && outWindow < fileWindow {
+		// Files move in bulk: a larger window, granted with the request.
+		outWindow = fileWindow
+	}
+	st.out = protocol.NewInbox(outWindow, func(n uint32) { s.credit(st, protocol.ChanOut, n) })
 	st.errout = protocol.NewInbox(s.window, func(n uint32) { s.credit(st, protocol.ChanErr, n) })
 	if in {
 		st.in = protocol.NewSendWindow(s.hello.Window)
@@ -430,7 +435,12 @@ func (s *session) open(t protocol.Type, req any, in bool) (*stream, error) {
 	st.id = s.nextID
 	s.streams[st.id] = st
 	s.mu.Unlock()
-	if err := s.writeLocked(protocol.AppendFrame(nil, protocol.Header{Stream: st.id, Type: t}, body)); err != nil {
+	frame := protocol.AppendFrame(nil, protocol.Header{Stream: st.id, Type: t}, body)
+	if outWindow > s.window {
+		frame = protocol.AppendFrame(frame, protocol.Header{Stream: st.id, Type: protocol.TypeCredit, Channel: protocol.ChanOut},
+			protocol.EncodeCredit(outWindow-s.window))
+	}
+	if err := s.writeLocked(frame); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -496,6 +506,9 @@ func (s *session) call(ctx context.Context, t protocol.Type, req, reply any) err
 	}
 	return st.decodeReply(f, reply)
 }
+
+// fileWindow is the window the client grants a file read.
+const fileWindow = 4 << 20
 
 // maxQueued bounds the control frames queued on a stream and not yet taken.
 const maxQueued = 16

@@ -105,11 +105,8 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 		{"reply sent by the host", cat(hello, frame(1, protocol.TypePing, ""), frame(1, protocol.TypeReply, "")), true},
 		{"credit with a bad body", cat(hello, frame(1, protocol.TypeExec, `{"argv":["sleep","5"]}`), frame(1, protocol.TypeCredit, "xx")), true},
 		{"stdin over the window", cat(hello, frame(1, protocol.TypeExec, `{"argv":["sleep","5"],"stdin":true}`),
-			protocol.AppendFrame(nil, protocol.Header{Stream: 1, Type: protocol.TypeData}, make([]byte, protocol.MaxChunk)),
-			protocol.AppendFrame(nil, protocol.Header{Stream: 1, Type: protocol.TypeData}, make([]byte, protocol.MaxChunk)),
-			protocol.AppendFrame(nil, protocol.Header{Stream: 1, Type: protocol.TypeData}, make([]byte, protocol.MaxChunk)),
-			protocol.AppendFrame(nil, protocol.Header{Stream: 1, Type: protocol.TypeData}, make([]byte, protocol.MaxChunk)),
-			protocol.AppendFrame(nil, protocol.Header{Stream: 1, Type: protocol.TypeData}, make([]byte, protocol.MaxChunk))), true},
+			protocol.AppendFrame(nil, protocol.Header{Stream: 1, Type: protocol.TypeData}, make([]byte, protocol.DefaultWindow)),
+			protocol.AppendFrame(nil, protocol.Header{Stream: 1, Type: protocol.TypeData}, []byte("1 byte too many"))), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

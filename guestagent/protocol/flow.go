@@ -85,7 +85,9 @@ func (w *SendWindow) Take(done <-chan struct{}, max int) (int, error) {
 // credit back through the grant function.
 type Inbox struct {
 	mu       sync.Mutex
-	chunks   [][]byte
+	chunks   [][]byte // chunks[0][head:] is next
+	head     int
+	lent     bool // a reader holds chunks[0]: it must not go back to the pool
 	buffered int64
 	window   int64
 	unacked  int64
@@ -143,7 +145,12 @@ func (in *Inbox) CloseWithError(err error, discard bool) {
 	}
 	if discard {
 		in.unacked += in.buffered
-		in.chunks, in.buffered = nil, 0
+		for i, c := range in.chunks {
+			if i > 0 || !in.lent {
+				PutBuffer(c)
+			}
+		}
+		in.chunks, in.head, in.buffered = nil, 0, 0
 		in.aborted = true
 	}
 	in.wakeLocked()
@@ -177,7 +184,8 @@ func (in *Inbox) next() ([]byte, error) {
 			return nil, err
 		}
 		if len(in.chunks) > 0 {
-			c := in.chunks[0]
+			c := in.chunks[0][in.head:]
+			in.lent = true
 			in.mu.Unlock()
 			return c, nil
 		}
@@ -195,16 +203,17 @@ func (in *Inbox) next() ([]byte, error) {
 	}
 }
 
-// consume drops n bytes from the head chunk and grants credit.
+// consume drops n bytes from the head chunk and grants credit; a chunk
+// wholly consumed goes back to the buffer pool.
 func (in *Inbox) consume(n int) {
 	in.mu.Lock()
-	if len(in.chunks) > 0 {
-		c := in.chunks[0]
-		if n >= len(c) {
+	in.lent = false
+	if len(in.chunks) > 0 && !in.aborted {
+		in.head += n
+		if c := in.chunks[0]; in.head >= len(c) {
+			PutBuffer(c)
 			in.chunks[0] = nil
-			in.chunks = in.chunks[1:]
-		} else {
-			in.chunks[0] = c[n:]
+			in.chunks, in.head = in.chunks[1:], 0
 		}
 		in.buffered -= int64(n)
 		in.unacked += int64(n)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Version is the newest protocol version this package speaks, and
@@ -24,7 +25,7 @@ const MaxBody = 4 << 20
 
 // MaxChunk is the largest data chunk a sender puts in one Data frame.
 // Anything larger is streamed in several frames.
-const MaxChunk = 256 << 10
+const MaxChunk = 1 << 20
 
 // DefaultWindow is the credit each side grants the other on every data
 // channel of a new stream, unless the hello says otherwise.
@@ -186,7 +187,8 @@ func ParseHeader(b []byte) (Header, error) {
 	return h, nil
 }
 
-// Frame is a decoded frame. Body is owned by whoever received it.
+// Frame is a decoded frame. Body is owned by whoever received it; a Data
+// body may come from the buffer pool (see PutBuffer).
 type Frame struct {
 	Header
 	Body []byte
@@ -205,7 +207,11 @@ func ReadFrame(r io.Reader) (Frame, error) {
 	}
 	f := Frame{Header: h}
 	if h.Length > 0 {
-		f.Body = make([]byte, h.Length)
+		if h.Type == TypeData && h.Length > MaxChunk/2 && h.Length <= MaxChunk {
+			f.Body = GetBuffer()[:h.Length]
+		} else {
+			f.Body = make([]byte, h.Length)
+		}
 		if _, err := io.ReadFull(r, f.Body); err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -245,3 +251,22 @@ func DecodeCredit(body []byte) (uint32, error) {
 // MaxWindow bounds the credit a receiver may grant on one channel, so that
 // a sender's window cannot overflow.
 const MaxWindow = 1 << 30
+
+// bufferSize is the capacity of pooled buffers: a header and a chunk.
+const bufferSize = HeaderSize + MaxChunk
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, bufferSize); return &b }}
+
+// GetBuffer returns a buffer of HeaderSize+MaxChunk bytes from a pool, for
+// Data frames: ReadFrame reads their bodies into one, senders can build a
+// frame in one without copying.
+func GetBuffer() []byte { return (*buffers.Get().(*[]byte))[:bufferSize] }
+
+// PutBuffer returns a buffer (or a slice of one from its start) to the
+// pool once nothing refers to it; other slices are left to the collector.
+func PutBuffer(b []byte) {
+	if cap(b) == bufferSize {
+		b = b[:bufferSize]
+		buffers.Put(&b)
+	}
+}
