@@ -72,8 +72,12 @@ pi-test:
 ## bench: every benchmark; figures go to BENCHMARKS.md
 bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi
 
+## bench-oci: cold pull + flatten against crane export | tar -x and the tar -x floor
+bench-oci:
+	GO=$(GO) hack/bench-oci.sh
+
 # Each area's benchmark target. Placeholders until the area is written.
-bench-oci bench-vm bench-sandbox bench-pi:
+bench-vm bench-sandbox bench-pi:
 	@echo "$@: not written yet"
 
 ## bench-agent: the guest agent against os/exec and a bare socket pair (BENCHMARKS.md)

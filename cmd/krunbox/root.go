@@ -74,6 +74,11 @@ func newRootCmd(s *streams) *cobra.Command {
 
 	root.AddCommand(
 		newVersionCmd(s),
+		newPullCmd(s),
+		newImagesCmd(s),
+		newExportCmd(s),
+		newRmiCmd(s),
+		newPruneCmd(s),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(root.FlagErrorFunc())

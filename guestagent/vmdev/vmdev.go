@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package vmdev gives the guest agent the two virtual devices it needs from
 // libkrun: vsock, to talk to the host, and virtio-fs, to mount host
 // directories.

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/krunbox/krunbox/internal/testutil/testimage"
+)
+
+// imageCLIEnv isolates krunbox's state and serves a small image; it
+// returns its reference.
+func imageCLIEnv(t *testing.T) string {
+	t.Helper()
+	t.Setenv("KRUNBOX_HOME", t.TempDir())
+	img := testimage.Image(t, "", testimage.Config{Cmd: []string{"/bin/sh"}},
+		testimage.Layer(t, testimage.Dir("etc", 0o755), testimage.File("etc/hostname", "box\n", 0o644)),
+		testimage.Layer(t, testimage.Dir("bin", 0o755), testimage.File("bin/sh", "#!", 0o755)))
+	return testimage.Serve(t, img)
+}
+
+func TestPullImagesExportRmiPrune(t *testing.T) {
+	ref := imageCLIEnv(t)
+
+	code, out, errOut := runCLI(t, "pull", ref)
+	if code != 0 || !strings.Contains(out, "Digest: sha256:") {
+		t.Fatalf("pull: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// Not a terminal: plain lines, one per layer event, no escape codes.
+	if strings.Contains(errOut, "\x1b[") || strings.Count(errOut, "extracted") != 2 || !strings.Contains(errOut, "layer 1/2 ") {
+		t.Errorf("progress on a non-terminal:\n%s", errOut)
+	}
+
+	code, out, _ = runCLI(t, "images", "--json")
+	var imgs []imageJSON
+	if code != 0 || json.Unmarshal([]byte(out), &imgs) != nil || len(imgs) != 1 {
+		t.Fatalf("images --json: code %d, %q", code, out)
+	}
+	if imgs[0].Name != ref || imgs[0].Tag != "latest" || !strings.HasPrefix(imgs[0].Digest, "sha256:") || imgs[0].Size <= 0 {
+		t.Errorf("images --json: %+v", imgs[0])
+	}
+	if b, err := os.ReadFile(filepath.Join(imgs[0].Rootfs, "etc", "hostname")); err != nil || string(b) != "box\n" {
+		t.Errorf("rootfs %s: %q, %v", imgs[0].Rootfs, b, err)
+	}
+	code, out, _ = runCLI(t, "images")
+	if code != 0 || !strings.Contains(out, "REPOSITORY") || !strings.Contains(out, imgs[0].Digest[7:19]) {
+		t.Errorf("images: code %d, %q", code, out)
+	}
+
+	dir := filepath.Join(t.TempDir(), "out")
+	code, out, errOut = runCLI(t, "export", ref, dir)
+	if code != 0 || !strings.Contains(out, "Exported") {
+		t.Fatalf("export: code %d, %q, %q", code, out, errOut)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "bin", "sh")); err != nil || string(b) != "#!" {
+		t.Errorf("exported tree: %q, %v", b, err)
+	}
+	code, _, errOut = runCLI(t, "export", ref, dir)
+	if code != ExitKrunbox || !strings.Contains(errOut, "not empty") || !strings.Contains(errOut, "hint: ") {
+		t.Errorf("export into a non-empty dir: code %d, %q", code, errOut)
+	}
+
+	code, out, _ = runCLI(t, "rmi", ref)
+	if code != 0 || !strings.Contains(out, "Removed "+ref) || !strings.Contains(out, "Freed ") || !strings.Contains(out, "1 root file systems, 4 blobs") {
+		t.Errorf("rmi: code %d, %q", code, out)
+	}
+	code, out, _ = runCLI(t, "images", "--json")
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("images after rmi: %q", out)
+	}
+	code, out, _ = runCLI(t, "prune")
+	if code != 0 || !strings.Contains(out, "Nothing to free") {
+		t.Errorf("prune: code %d, %q", code, out)
+	}
+	code, _, errOut = runCLI(t, "rmi", ref)
+	if code != ExitKrunbox || !strings.Contains(errOut, "not found") {
+		t.Errorf("rmi again: code %d, %q", code, errOut)
+	}
+}
+
+func TestPullErrors(t *testing.T) {
+	ref := imageCLIEnv(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"never, not cached", []string{"pull", "--policy", "never", ref}, "not found"},
+		{"bad policy", []string{"pull", "--policy", "sometimes", ref}, "pull policy"},
+		{"bad platform", []string{"pull", "--platform", "amd64", ref}, "platform"},
+		{"no such platform", []string{"pull", "--platform", "linux/s390x", ref}, "has no image for linux/s390x"},
+		{"no reference", []string{"pull"}, "needs an image reference"},
+		{"export needs two", []string{"export", ref}, "needs an image reference and a directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := runCLI(t, tt.args...)
+			if code != ExitKrunbox || !strings.Contains(errOut, tt.want) {
+				t.Errorf("code %d, stderr %q; want %d and %q", code, errOut, ExitKrunbox, tt.want)
+			}
+		})
+	}
+	code, out, _ := runCLI(t, "pull", "--help")
+	if code != 0 || !strings.Contains(out, "oci:PATH[:TAG]") || !strings.Contains(out, "docker-archive:PATH[:REF]") {
+		t.Errorf("pull --help does not document references: %q", out)
+	}
+}
+
+func TestProgressOnTerminal(t *testing.T) {
+	var buf strings.Builder
+	p := &progressPrinter{w: &buf, tty: true}
+	ref := imageCLIEnv(t)
+	store, err := openImageStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Pull(t.Context(), ref, withProgress(p)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "\x1b[2A") || !strings.Contains(buf.String(), "extracted") {
+		t.Errorf("terminal progress does not redraw two layer lines: %q", buf.String())
+	}
+}

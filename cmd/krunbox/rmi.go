@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/krunbox/krunbox/oci"
+)
+
+func newRmiCmd(s *streams) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rmi REF|DIGEST...",
+		Short: "Remove images from the image cache",
+		Long: "Remove images, by reference or by (at least 12 hex digits of) digest, and the\n" +
+			"flattened trees and blobs no other image uses.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return exactArgs(1, "an image reference")(cmd, args)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store, err := openImageStore()
+			if err != nil {
+				return err
+			}
+			var total oci.Freed
+			for _, ref := range args {
+				freed, err := store.Remove(cmd.Context(), ref, nil)
+				if err != nil {
+					return err
+				}
+				for _, name := range freed.Images {
+					fmt.Fprintf(s.out, "Removed %s\n", name)
+				}
+				total.Trees = append(total.Trees, freed.Trees...)
+				total.Blobs += freed.Blobs
+				total.Bytes += freed.Bytes
+			}
+			return printFreed(s.out, total)
+		},
+	}
+}
+
+func printFreed(w io.Writer, f oci.Freed) error {
+	if len(f.Trees) == 0 && f.Blobs == 0 {
+		_, err := fmt.Fprintln(w, "Nothing to free")
+		return err
+	}
+	_, err := fmt.Fprintf(w, "Freed %s: %d root file systems, %d blobs\n", humanSize(f.Bytes), len(f.Trees), f.Blobs)
+	return err
+}

@@ -1,0 +1,353 @@
+package oci
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+)
+
+const chunkSize = 1 << 20
+
+// blobFetch puts one compressed blob into the cache, downloading it to a
+// temporary file that readers can follow while it grows; the file is
+// renamed into blobs/ once its size and digest are verified.
+type blobFetch struct {
+	desc v1.Descriptor
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	f      *os.File // the blob, complete or growing
+	n      int64    // bytes available in f
+	done   bool
+	err    error
+	cached bool // it was in the cache already
+	ended  chan struct{}
+}
+
+func newBlobFetch(desc v1.Descriptor) *blobFetch {
+	b := &blobFetch{desc: desc, ended: make(chan struct{})}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+// run fetches the blob and reports progress; it ends when ctx is done.
+func (b *blobFetch) run(ctx context.Context, s *Store, sp layerSpec, report func(ProgressState, int64)) {
+	defer close(b.ended)
+	err := b.fetch(ctx, s, sp, report)
+	b.mu.Lock()
+	b.done, b.err = true, err
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+func (b *blobFetch) setFile(f *os.File, n int64, cached bool) {
+	b.mu.Lock()
+	b.f, b.n, b.cached = f, n, cached
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+func (b *blobFetch) openCached(s *Store) bool {
+	f, err := os.Open(s.blobPath(b.desc.Digest))
+	if err != nil {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Size() != b.desc.Size {
+		f.Close()
+		return false
+	}
+	b.setFile(f, fi.Size(), true)
+	return true
+}
+
+func (b *blobFetch) fetch(ctx context.Context, s *Store, sp layerSpec, report func(ProgressState, int64)) error {
+	d := b.desc.Digest
+	if b.openCached(s) {
+		report(LayerCached, b.desc.Size)
+		return nil
+	}
+	unlock, err := lockFile(ctx, s.path("locks", "blob-"+d.Hex+".lock"), true)
+	if err != nil {
+		return &BlobError{Digest: d, Err: err}
+	}
+	defer unlock()
+	if b.openCached(s) { // another process fetched it meanwhile
+		report(LayerCached, b.desc.Size)
+		return nil
+	}
+	if sp.open == nil {
+		return &BlobError{Digest: d, Err: errors.New("not in the cache")}
+	}
+	if d.Algorithm != "sha256" {
+		return &BlobError{Digest: d, Err: fmt.Errorf("unsupported digest algorithm %q", d.Algorithm)}
+	}
+	report(LayerFetching, 0)
+	rc, err := sp.open()
+	if err != nil {
+		return &BlobError{Digest: d, Err: fmt.Errorf("download: %w", err)}
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp(s.path("tmp"), "blob-"+d.Hex[:12]+"-")
+	if err != nil {
+		return err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			os.Remove(tmp.Name())
+		}
+	}()
+	b.setFile(tmp, 0, false)
+	h := sha256.New()
+	buf := make([]byte, chunkSize)
+	var total, reported int64
+	for {
+		n, rerr := rc.Read(buf)
+		if n > 0 {
+			if _, err := tmp.Write(buf[:n]); err != nil {
+				return &BlobError{Digest: d, Err: err}
+			}
+			h.Write(buf[:n])
+			total += int64(n)
+			b.mu.Lock()
+			b.n = total
+			b.cond.Broadcast()
+			b.mu.Unlock()
+			if total-reported >= 4*chunkSize {
+				report(LayerFetching, total)
+				reported = total
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil && total == b.desc.Size {
+			// All bytes arrived: the source's own verification failed.
+			return &BlobError{Digest: d, Err: fmt.Errorf("corrupt: %w", rerr)}
+		}
+		if rerr != nil {
+			return &BlobError{Digest: d, Err: fmt.Errorf("download interrupted after %d of %d bytes: %w", total, b.desc.Size, rerr)}
+		}
+		if total > b.desc.Size {
+			return &BlobError{Digest: d, Err: fmt.Errorf("the registry sent more than the %d bytes the manifest says", b.desc.Size)}
+		}
+	}
+	got := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
+	if total != b.desc.Size || got != d {
+		return &BlobError{Digest: d, Err: fmt.Errorf("corrupt: got %d bytes with digest %s, want %d bytes", total, got, b.desc.Size)}
+	}
+	if err := os.Rename(tmp.Name(), s.blobPath(d)); err != nil {
+		return &BlobError{Digest: d, Err: err}
+	}
+	keep = true
+	report(LayerFetched, total)
+	return nil
+}
+
+// reader follows the blob as it is fetched.
+func (b *blobFetch) reader() io.Reader { return &fetchReader{b: b} }
+
+// close waits for the fetch to end and closes its file.
+func (b *blobFetch) close() {
+	<-b.ended
+	if b.f != nil {
+		b.f.Close()
+	}
+}
+
+type fetchReader struct {
+	b   *blobFetch
+	off int64
+}
+
+func (r *fetchReader) Read(p []byte) (int, error) {
+	b := r.b
+	b.mu.Lock()
+	for b.n == r.off && !b.done && b.err == nil {
+		b.cond.Wait()
+	}
+	err, avail, f := b.err, b.n-r.off, b.f
+	b.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	if avail == 0 {
+		return 0, io.EOF
+	}
+	n, err := f.ReadAt(p[:min(int64(len(p)), avail)], r.off)
+	r.off += int64(n)
+	if err == io.EOF && n > 0 {
+		err = nil
+	}
+	return n, err
+}
+
+// decompress streams the layer blob through its decompressor into pipe,
+// verifying the uncompressed digest (diff_id) at the end.
+func decompress(ctx context.Context, s *Store, b *blobFetch, sp layerSpec, pipe *chunkPipe) {
+	err := decompressTo(ctx, b, sp, pipe)
+	if err != nil && !b.isCached() {
+		// Damaged data may reach the decompressor before the download
+		// ends and its digest check names the problem: prefer that.
+		<-b.ended
+		if b.err != nil {
+			err = b.err
+		}
+	}
+	if err != nil && b.isCached() && !errors.Is(err, context.Canceled) {
+		// The cached copy is damaged: drop it so that the next pull
+		// fetches it again.
+		os.Remove(s.blobPath(sp.desc.Digest))
+		err = fmt.Errorf("%w (the cached copy was damaged and has been removed: pull again)", err)
+	}
+	pipe.finish(err)
+}
+
+func (b *blobFetch) isCached() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cached
+}
+
+func decompressTo(ctx context.Context, b *blobFetch, sp layerSpec, pipe *chunkPipe) error {
+	br := bufio.NewReaderSize(b.reader(), 64<<10)
+	magic, err := br.Peek(4)
+	if err != nil && err != io.EOF {
+		return err
+	}
+	var r io.Reader = br
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return &BlobError{Digest: sp.desc.Digest, Err: fmt.Errorf("gzip: %w", err)}
+		}
+		defer zr.Close()
+		r = zr
+	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return &BlobError{Digest: sp.desc.Digest, Err: fmt.Errorf("zstd: %w", err)}
+		}
+		defer zr.Close()
+		r = zr
+	}
+	h := sha256.New()
+	for {
+		buf := pipe.buffer()
+		n, rerr := io.ReadFull(r, buf)
+		if n > 0 {
+			h.Write(buf[:n])
+			if err := pipe.send(ctx, buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			var be *BlobError
+			if errors.As(rerr, &be) {
+				return rerr
+			}
+			return &BlobError{Digest: sp.desc.Digest, Err: fmt.Errorf("decompress: %w", rerr)}
+		}
+	}
+	got := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
+	if got != sp.diffID {
+		return &BlobError{Digest: sp.desc.Digest, Err: fmt.Errorf("uncompressed content has digest %s, but the image config says %s", got, sp.diffID)}
+	}
+	return nil
+}
+
+// chunkPipe carries a decompressed layer from its decompressor to the
+// applier in 1 MiB chunks, with a few chunks of slack so that both run at
+// once.
+type chunkPipe struct {
+	ch   chan []byte
+	free chan []byte
+	err  error // set before ch is closed
+	cur  []byte
+	off  int
+}
+
+const pipeChunks = 8
+
+func newChunkPipe() *chunkPipe {
+	return &chunkPipe{ch: make(chan []byte, pipeChunks), free: make(chan []byte, pipeChunks+2)}
+}
+
+func (p *chunkPipe) buffer() []byte {
+	select {
+	case b := <-p.free:
+		return b[:cap(b)]
+	default:
+		return make([]byte, chunkSize)
+	}
+}
+
+func (p *chunkPipe) send(ctx context.Context, b []byte) error {
+	select {
+	case p.ch <- b:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// finish ends the stream, with err (nil for a clean end).
+func (p *chunkPipe) finish(err error) {
+	p.err = err
+	close(p.ch)
+}
+
+// failed returns the producer's error, if it has ended with one; it does
+// not wait.
+func (p *chunkPipe) failed() error {
+	for {
+		select {
+		case b, ok := <-p.ch:
+			if !ok {
+				return p.err
+			}
+			_ = b // the applier has stopped: drop the rest
+		default:
+			return nil
+		}
+	}
+}
+
+func (p *chunkPipe) Read(b []byte) (int, error) {
+	for p.off == len(p.cur) {
+		if p.cur != nil {
+			select {
+			case p.free <- p.cur:
+			default:
+			}
+			p.cur = nil
+		}
+		c, ok := <-p.ch
+		if !ok {
+			if p.err != nil {
+				return 0, p.err
+			}
+			return 0, io.EOF
+		}
+		p.cur, p.off = c, 0
+	}
+	n := copy(b, p.cur[p.off:])
+	p.off += n
+	return n, nil
+}

@@ -1,0 +1,424 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/krunbox/krunbox/oci/flatten"
+)
+
+// PullPolicy says when Pull contacts the image's source.
+type PullPolicy string
+
+// Pull policies.
+const (
+	// PullIfMissing uses the cached image when there is one (default): a
+	// tag is resolved to a digest once, on the first pull.
+	PullIfMissing PullPolicy = "if-missing"
+	// PullAlways asks the source for the reference's current digest.
+	PullAlways PullPolicy = "always"
+	// PullNever only uses the cache.
+	PullNever PullPolicy = "never"
+)
+
+// ParsePullPolicy parses "if-missing", "always" or "never".
+func ParsePullPolicy(s string) (PullPolicy, error) {
+	switch p := PullPolicy(s); p {
+	case PullIfMissing, PullAlways, PullNever:
+		return p, nil
+	}
+	return "", fmt.Errorf("pull policy %q: want if-missing, always or never", s)
+}
+
+// ProgressState is the state of one layer during a pull.
+type ProgressState int
+
+// Layer states, in the order a layer goes through them.
+const (
+	LayerFetching ProgressState = iota // downloading; Done says how far
+	LayerFetched                       // downloaded and verified
+	LayerCached                        // already in the blob cache
+	LayerApplying                      // being flattened
+	LayerApplied                       // flattened
+)
+
+func (s ProgressState) String() string {
+	return [...]string{"downloading", "downloaded", "cached", "extracting", "extracted"}[s]
+}
+
+// Progress reports the progress of one layer of a pull. Calls are
+// serialized.
+type Progress struct {
+	Image string  // normalized reference
+	Layer v1.Hash // compressed digest
+	Index int     // 0-based position in the image
+	Count int     // number of layers
+	Size  int64   // compressed size
+	Done  int64   // bytes downloaded so far
+	State ProgressState
+}
+
+type pullOptions struct {
+	policy   PullPolicy
+	platform v1.Platform
+	progress func(Progress)
+}
+
+// PullOption configures Pull and Export.
+type PullOption func(*pullOptions)
+
+// WithPolicy sets the pull policy (default PullIfMissing).
+func WithPolicy(p PullPolicy) PullOption { return func(o *pullOptions) { o.policy = p } }
+
+// WithPlatform sets the platform picked from multi-platform images
+// (default HostPlatform()).
+func WithPlatform(p v1.Platform) PullOption { return func(o *pullOptions) { o.platform = p } }
+
+// WithProgress has fn called as layers are downloaded and flattened.
+func WithProgress(fn func(Progress)) PullOption { return func(o *pullOptions) { o.progress = fn } }
+
+// BlobError names a blob that could not be fetched or was corrupt.
+type BlobError struct {
+	Digest v1.Hash
+	Err    error
+}
+
+func (e *BlobError) Error() string { return fmt.Sprintf("blob %s: %v", e.Digest, e.Err) }
+func (e *BlobError) Unwrap() error { return e.Err }
+
+// Pull makes the image ref available and returns its record, with the
+// path of its flattened root file system. Under PullIfMissing a cached
+// image resolves without touching the network.
+func (s *Store) Pull(ctx context.Context, ref string, opts ...PullOption) (*Image, error) {
+	o := pullOptions{policy: PullIfMissing, platform: HostPlatform()}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	src, err := parseSource(ref)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := lockFile(ctx, s.path("locks", "store.lock"), false)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if o.policy != PullAlways {
+		rec, err := s.lookup(src.name, o.platform)
+		if err != nil {
+			return nil, err
+		}
+		if rec != nil {
+			if _, ok := s.treeValid(rec.Digest); ok {
+				rec.Ref = ref
+				return rec, nil
+			}
+			// The tree is missing or from an earlier boot: flatten it
+			// again from the blob cache.
+			err := s.ensureTree(ctx, rec, cachedLayers(rec), o.progress)
+			if err == nil {
+				rec.Ref = ref
+				return rec, s.putRecord(ctx, rec)
+			}
+			if o.policy == PullNever {
+				return nil, fmt.Errorf("%s: %w", src.name, err)
+			}
+			slog.Info("cached image incomplete, pulling again", "image", src.name, "err", err)
+		} else if o.policy == PullNever {
+			return nil, fmt.Errorf("%s (for %s): %w, and the pull policy is never", src.name, o.platform.String(), ErrNotFound)
+		}
+	}
+	f, err := s.fetch(ctx, src, o.platform)
+	if err != nil {
+		return nil, err
+	}
+	img, err := s.install(ctx, src.name, f, o)
+	if err != nil {
+		return nil, err
+	}
+	img.Ref = ref
+	return img, nil
+}
+
+// layerSpec is one layer to fetch and apply.
+type layerSpec struct {
+	desc   v1.Descriptor
+	diffID v1.Hash
+	// open streams the compressed blob from the image's source; nil when
+	// only the cache may be used.
+	open func() (io.ReadCloser, error)
+}
+
+func cachedLayers(rec *Image) []layerSpec {
+	specs := make([]layerSpec, len(rec.Layers))
+	for i, d := range rec.Layers {
+		specs[i] = layerSpec{desc: d, diffID: rec.DiffIDs[i]}
+	}
+	return specs
+}
+
+// install records the fetched image, flattening it unless its tree exists.
+func (s *Store) install(ctx context.Context, name string, f *fetched, o pullOptions) (*Image, error) {
+	fail := func(err error) (*Image, error) { return nil, fmt.Errorf("pull %s: %w", name, err) }
+	m, err := f.img.Manifest()
+	if err != nil {
+		return fail(err)
+	}
+	if m.SchemaVersion != 2 {
+		return fail(fmt.Errorf("manifest schema version %d is not supported", m.SchemaVersion))
+	}
+	rawManifest, err := f.img.RawManifest()
+	if err != nil {
+		return fail(err)
+	}
+	rawConfig, err := f.img.RawConfigFile()
+	if err != nil {
+		return fail(err)
+	}
+	cf, err := f.img.ConfigFile()
+	if err != nil {
+		return fail(err)
+	}
+	if len(cf.RootFS.DiffIDs) != len(m.Layers) {
+		return fail(fmt.Errorf("the manifest has %d layers but the config %d diff_ids", len(m.Layers), len(cf.RootFS.DiffIDs)))
+	}
+	rec := &Image{
+		Name:         name,
+		Digest:       f.digest,
+		Platform:     f.platform,
+		ConfigDigest: m.Config.Digest,
+		Config:       imageConfig(cf.Config),
+		Layers:       m.Layers,
+		DiffIDs:      cf.RootFS.DiffIDs,
+		Pulled:       time.Now().UTC(),
+		Rootfs:       filepath.Join(s.treeDir(f.digest), "rootfs"),
+	}
+	specs := make([]layerSpec, len(m.Layers))
+	for i, d := range m.Layers {
+		if !isSupportedLayer(d.MediaType) {
+			return fail(fmt.Errorf("layer %s has media type %s, which is not a supported layer type", d.Digest, d.MediaType))
+		}
+		rec.Size += d.Size
+		specs[i] = layerSpec{desc: d, diffID: cf.RootFS.DiffIDs[i], open: func() (io.ReadCloser, error) {
+			l, err := f.img.LayerByDigest(d.Digest)
+			if err != nil {
+				return nil, err
+			}
+			return l.Compressed()
+		}}
+	}
+	// Keep manifest and config, so the image can be re-flattened offline.
+	if err := s.putBlob(f.digest, rawManifest); err != nil {
+		return fail(err)
+	}
+	if err := s.putBlob(m.Config.Digest, rawConfig); err != nil {
+		return fail(err)
+	}
+	if err := s.ensureTree(ctx, rec, specs, o.progress); err != nil {
+		return fail(err)
+	}
+	if err := s.putRecord(ctx, rec); err != nil {
+		return fail(err)
+	}
+	return rec, nil
+}
+
+// putRecord adds or replaces rec (same name and platform).
+func (s *Store) putRecord(ctx context.Context, rec *Image) error {
+	return s.updateRecords(ctx, func(r *records) error {
+		for i, img := range r.Images {
+			if img.Name == rec.Name && img.Platform.Equals(rec.Platform) {
+				r.Images[i] = rec
+				return nil
+			}
+		}
+		r.Images = append(r.Images, rec)
+		return nil
+	})
+}
+
+// putBlob stores a small blob whose content is already known to have
+// digest h.
+func (s *Store) putBlob(h v1.Hash, b []byte) error {
+	got, _, err := v1.SHA256(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	if got != h {
+		return &BlobError{Digest: h, Err: fmt.Errorf("content has digest %s", got)}
+	}
+	if _, err := os.Stat(s.blobPath(h)); err == nil {
+		return nil
+	}
+	return writeFileAtomic(s.blobPath(h), s.path("tmp"), b)
+}
+
+// ensureTree makes sure the flattened tree of rec exists and fills in its
+// sizes, flattening under the tree's lock so that concurrent pulls of one
+// image flatten it once.
+func (s *Store) ensureTree(ctx context.Context, rec *Image, specs []layerSpec, progress func(Progress)) error {
+	unlock, err := lockFile(ctx, s.path("locks", "rootfs-"+rec.Digest.Hex+".lock"), true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if meta, ok := s.treeValid(rec.Digest); ok {
+		rec.UnpackedSize, rec.Files = meta.Stats.FileBytes, meta.Stats.Files
+		return nil
+	}
+	start := time.Now()
+	stage, err := os.MkdirTemp(s.path("tmp"), "rootfs-"+rec.Digest.Hex[:12]+"-")
+	if err != nil {
+		return err
+	}
+	published := false
+	defer func() {
+		if !published {
+			os.RemoveAll(stage)
+		}
+	}()
+	root := filepath.Join(stage, "rootfs")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return err
+	}
+	stats, err := s.flattenInto(ctx, root, rec.Name, specs, progress)
+	if err != nil {
+		return err
+	}
+	meta := treeMeta{BootID: bootID(), Stats: stats, Made: time.Now().UTC()}
+	if s.opts.sync {
+		if err := syncFS(stage); err != nil {
+			return err
+		}
+		meta.Synced = true
+	}
+	if err := writeJSON(filepath.Join(stage, "meta.json"), meta); err != nil {
+		return err
+	}
+	final := s.treeDir(rec.Digest)
+	if _, err := os.Lstat(final); err == nil {
+		if err := s.trash(final); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(stage, final); err != nil {
+		return fmt.Errorf("publish %s: %w", final, err)
+	}
+	published = true
+	rec.UnpackedSize, rec.Files = stats.FileBytes, stats.Files
+	rec.FlattenTime = time.Since(start)
+	return nil
+}
+
+// trash moves p into trash/, to be deleted by Prune: deleting a large tree
+// right before creating another slows ext4 down (docs/oci.md §4.3).
+func (s *Store) trash(p string) error {
+	dst, err := os.MkdirTemp(s.path("trash"), filepath.Base(p)+"-")
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(p, filepath.Join(dst, "x")); err != nil {
+		return fmt.Errorf("move %s to the trash: %w", p, err)
+	}
+	return nil
+}
+
+// flattenInto downloads (or reads from the cache) the layers, in parallel,
+// and applies them in order into root while they stream in: the download
+// of each layer, its decompression and the application of the previous
+// layer overlap.
+func (s *Store) flattenInto(ctx context.Context, root, image string, specs []layerSpec, progress func(Progress)) (flatten.Stats, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	report := func(i int, state ProgressState, done int64) {
+		if progress == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		progress(Progress{Image: image, Layer: specs[i].desc.Digest, Index: i, Count: len(specs), Size: specs[i].desc.Size, Done: done, State: state})
+	}
+	a, err := flatten.NewApplier(root, flatten.Options{Rootless: s.opts.rootless, MaxBytes: s.opts.limits.MaxBytes, MaxEntries: s.opts.limits.MaxEntries})
+	if err != nil {
+		return flatten.Stats{}, err
+	}
+	defer a.Close()
+
+	fetches := make([]*blobFetch, len(specs))
+	jobs := make(chan struct{}, s.opts.jobs)
+	for i, sp := range specs {
+		b := newBlobFetch(sp.desc)
+		fetches[i] = b
+		go func() {
+			jobs <- struct{}{}
+			defer func() { <-jobs }()
+			b.run(ctx, s, sp, func(state ProgressState, done int64) { report(i, state, done) })
+		}()
+	}
+	defer func() {
+		cancel()
+		for _, b := range fetches {
+			b.close()
+		}
+	}()
+
+	pipes := make([]*chunkPipe, len(specs))
+	start := func(i int) {
+		if i < len(specs) && pipes[i] == nil {
+			pipes[i] = newChunkPipe()
+			go decompress(ctx, s, fetches[i], specs[i], pipes[i])
+		}
+	}
+	for i := range specs {
+		start(i)
+		start(i + 1) // decompress the next layer while this one is applied
+		report(i, LayerApplying, 0)
+		err := a.ApplyLayer(ctx, pipes[i])
+		if err == nil {
+			_, err = io.Copy(io.Discard, pipes[i]) // the rest, to verify the diff_id
+		}
+		if perr := pipes[i].failed(); perr != nil {
+			err = perr // the blob's own error names it
+		}
+		if err != nil {
+			var le *flatten.LimitError
+			if errors.As(err, &le) {
+				return a.Stats(), &LimitsError{LimitError: le}
+			}
+			return a.Stats(), fmt.Errorf("layer %s: %w", specs[i].desc.Digest, err)
+		}
+		report(i, LayerApplied, specs[i].desc.Size)
+	}
+	return a.Stats(), nil
+}
+
+// LimitsError reports an image beyond the store's Limits.
+type LimitsError struct{ *flatten.LimitError }
+
+// Hint tells the user what to do.
+func (e *LimitsError) Hint() string {
+	return "if you trust this image, raise the limit (krunbox pull --max-size / --max-files, or oci.WithLimits)"
+}
+
+// Unwrap returns the flatten error.
+func (e *LimitsError) Unwrap() error { return e.LimitError }
+
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}

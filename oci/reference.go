@@ -1,0 +1,306 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// Prefixes of offline image sources.
+const (
+	// LayoutPrefix names an OCI image layout directory: oci:PATH[:TAG].
+	LayoutPrefix = "oci:"
+	// ArchivePrefix names a "docker save" tarball: docker-archive:PATH[:REF].
+	ArchivePrefix = "docker-archive:"
+)
+
+// ReferenceHelp documents the reference syntax for users.
+const ReferenceHelp = `Image references:
+  alpine, alpine:3.20, ghcr.io/owner/image@sha256:...  a registry (Docker Hub by default)
+  127.0.0.1:5000/image:tag                              plain HTTP, for localhost/127.0.0.1/[::1] only
+  oci:PATH[:TAG]                                        an OCI image layout directory
+  docker-archive:PATH[:REF]                             a "docker save" tarball
+PATH may not contain ':'.`
+
+type sourceKind int
+
+const (
+	registrySource sourceKind = iota
+	layoutSource
+	archiveSource
+)
+
+// source is a parsed image reference.
+type source struct {
+	kind sourceKind
+	// name is the normalized reference, the key of the image's record.
+	name string
+	ref  name.Reference // registry image, or the tag inside an archive
+	path string         // layout directory or archive file, absolute
+	tag  string         // layout tag
+}
+
+// parseSource parses a reference as people write it.
+func parseSource(s string) (source, error) {
+	switch {
+	case strings.HasPrefix(s, LayoutPrefix):
+		abs, tag, err := offlinePath(s, LayoutPrefix)
+		if err != nil {
+			return source{}, err
+		}
+		n := LayoutPrefix + abs
+		if tag != "" {
+			n += ":" + tag
+		}
+		return source{kind: layoutSource, name: n, path: abs, tag: tag}, nil
+	case strings.HasPrefix(s, ArchivePrefix):
+		abs, r, err := offlinePath(s, ArchivePrefix)
+		if err != nil {
+			return source{}, err
+		}
+		src := source{kind: archiveSource, name: ArchivePrefix + abs, path: abs}
+		if r != "" {
+			tag, err := name.NewTag(r)
+			if err != nil {
+				return source{}, fmt.Errorf("reference %q: %w", s, err)
+			}
+			src.ref = tag
+			src.name += ":" + tag.Name()
+		}
+		return src, nil
+	default:
+		ref, err := name.ParseReference(s)
+		if err != nil {
+			return source{}, fmt.Errorf("reference %q: %w", s, err)
+		}
+		return source{kind: registrySource, name: ref.Name(), ref: ref}, nil
+	}
+}
+
+// offlinePath splits PREFIX:PATH[:REST] into the absolute PATH and REST.
+func offlinePath(s, prefix string) (abs, rest string, err error) {
+	p, rest, _ := strings.Cut(strings.TrimPrefix(s, prefix), ":")
+	if p == "" {
+		return "", "", fmt.Errorf("reference %q: no path after %q", s, prefix)
+	}
+	abs, err = filepath.Abs(p)
+	return abs, rest, err
+}
+
+// fetched is an image picked from a source for one platform.
+type fetched struct {
+	img      v1.Image
+	digest   v1.Hash
+	platform v1.Platform
+	// remote is set for registry images, whose layers are fetched lazily.
+	remote bool
+}
+
+// fetch finds the image for platform in the source.
+func (s *Store) fetch(ctx context.Context, src source, platform v1.Platform) (*fetched, error) {
+	switch src.kind {
+	case registrySource:
+		opts := append(s.remoteOptions(ctx), remote.WithPlatform(platform))
+		desc, err := remote.Get(src.ref, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("pull %s: %w", src.name, err)
+		}
+		if desc.MediaType.IsIndex() {
+			idx, err := desc.ImageIndex()
+			if err != nil {
+				return nil, fmt.Errorf("pull %s: %w", src.name, err)
+			}
+			f, err := pickFromIndex(idx, platform, src.name)
+			if f != nil {
+				f.remote = true
+			}
+			return f, err
+		}
+		img, err := desc.Image()
+		if err != nil {
+			return nil, fmt.Errorf("pull %s: %w", src.name, err)
+		}
+		return checkPlatform(img, desc.Digest, platform, src.name, true)
+	case layoutSource:
+		idx, err := layout.ImageIndexFromPath(src.path)
+		if err != nil {
+			return nil, fmt.Errorf("read OCI layout %s: %w", src.path, err)
+		}
+		if src.tag != "" {
+			m, err := idx.IndexManifest()
+			if err != nil {
+				return nil, fmt.Errorf("read OCI layout %s: %w", src.path, err)
+			}
+			var tags []string
+			for _, d := range m.Manifests {
+				t := d.Annotations["org.opencontainers.image.ref.name"]
+				if t != src.tag {
+					if t != "" {
+						tags = append(tags, t)
+					}
+					continue
+				}
+				if d.MediaType.IsIndex() {
+					sub, err := idx.ImageIndex(d.Digest)
+					if err != nil {
+						return nil, err
+					}
+					return pickFromIndex(sub, platform, src.name)
+				}
+				img, err := idx.Image(d.Digest)
+				if err != nil {
+					return nil, err
+				}
+				return checkPlatform(img, d.Digest, platform, src.name, false)
+			}
+			return nil, fmt.Errorf("OCI layout %s has no image tagged %q (tags: %s)", src.path, src.tag, listOrNone(tags))
+		}
+		return pickFromIndex(idx, platform, src.name)
+	default:
+		var tag *name.Tag
+		if t, ok := src.ref.(name.Tag); ok {
+			tag = &t
+		}
+		img, err := tarball.ImageFromPath(src.path, tag)
+		if err != nil {
+			return nil, fmt.Errorf("read docker archive %s: %w", src.path, err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			return nil, fmt.Errorf("read docker archive %s: %w", src.path, err)
+		}
+		return checkPlatform(img, d, platform, src.name, false)
+	}
+}
+
+// pickFromIndex picks the image for platform from an index (nested
+// indexes included), or fails naming the platforms it has.
+func pickFromIndex(idx v1.ImageIndex, platform v1.Platform, ref string) (*fetched, error) {
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	var have []string
+	for _, d := range m.Manifests {
+		switch {
+		case d.MediaType.IsIndex():
+			sub, err := idx.ImageIndex(d.Digest)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", ref, err)
+			}
+			f, err := pickFromIndex(sub, platform, ref)
+			if err == nil {
+				return f, nil
+			}
+			continue
+		case !d.MediaType.IsImage():
+			continue // attestations, signatures...
+		case d.Platform == nil:
+			// An untagged single image: check its config.
+			img, err := idx.Image(d.Digest)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", ref, err)
+			}
+			if f, err := checkPlatform(img, d.Digest, platform, ref, false); err == nil {
+				return f, nil
+			}
+			continue
+		}
+		if d.Platform.OS == "unknown" {
+			continue // buildkit attestation manifests
+		}
+		have = append(have, d.Platform.String())
+		if d.Platform.Satisfies(platform) {
+			img, err := idx.Image(d.Digest)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", ref, err)
+			}
+			return &fetched{img: img, digest: d.Digest, platform: *d.Platform}, nil
+		}
+	}
+	return nil, &PlatformError{Ref: ref, Want: platform.String(), Have: have}
+}
+
+// checkPlatform accepts a single-platform image whose config matches.
+func checkPlatform(img v1.Image, digest v1.Hash, platform v1.Platform, ref string, remote bool) (*fetched, error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("%s: read image config: %w", ref, err)
+	}
+	got := v1.Platform{OS: cf.OS, Architecture: cf.Architecture, Variant: cf.Variant}
+	if got.OS == "" {
+		got.OS = "linux"
+	}
+	if !got.Satisfies(platform) {
+		return nil, &PlatformError{Ref: ref, Want: platform.String(), Have: []string{got.String()}}
+	}
+	return &fetched{img: img, digest: digest, platform: got, remote: remote}, nil
+}
+
+// PlatformError reports an image that has no variant for the platform
+// asked for.
+type PlatformError struct {
+	Ref  string
+	Want string
+	Have []string
+}
+
+func (e *PlatformError) Error() string {
+	return fmt.Sprintf("%s has no image for %s (it has: %s)", e.Ref, e.Want, listOrNone(e.Have))
+}
+
+// Hint tells the user what to do.
+func (e *PlatformError) Hint() string {
+	return "pick one of its platforms with --platform, or use an image built for " + e.Want
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	slices.Sort(s)
+	return strings.Join(slices.Compact(s), ", ")
+}
+
+// isSupportedLayer reports whether a layer media type can be flattened.
+func isSupportedLayer(mt types.MediaType) bool {
+	switch mt {
+	case types.OCILayer, types.OCILayerZStd, types.OCIUncompressedLayer,
+		types.DockerLayer, types.DockerUncompressedLayer,
+		types.OCIRestrictedLayer, types.OCIUncompressedRestrictedLayer,
+		types.DockerForeignLayer, "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd":
+		return true
+	}
+	return false
+}
+
+// loopbackOnlyHTTP refuses plain-HTTP requests to anything but a loopback
+// address: go-containerregistry would also fall back to HTTP for private
+// (RFC 1918) and .local registries, which a network attacker could force.
+type loopbackOnlyHTTP struct{ next http.RoundTripper }
+
+func (t loopbackOnlyHTTP) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" && !isLoopback(req.URL.Hostname()) {
+		return nil, fmt.Errorf("refusing plain HTTP to %s: only localhost, 127.0.0.1 and [::1] registries may use it", req.URL.Host)
+	}
+	return t.next.RoundTrip(req)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,539 @@
+package oci_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/compression"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/krunbox/krunbox/internal/testutil/testimage"
+	"github.com/krunbox/krunbox/oci"
+)
+
+var testConfig = testimage.Config{
+	Env:          []string{"PATH=/bin", "A=b"},
+	Entrypoint:   []string{"/bin/sh", "-c"},
+	Cmd:          []string{"echo hi"},
+	WorkingDir:   "/home/user",
+	User:         "1000:1000",
+	ExposedPorts: map[string]struct{}{"8080/tcp": {}},
+	Labels:       map[string]string{"org.example": "yes"},
+}
+
+// rulesImage is the rule test image with one layer per compression:
+// gzip, zstd and uncompressed.
+func rulesImage(t *testing.T, platform string) v1.Image {
+	t.Helper()
+	ls := testimage.RuleLayers()
+	gz := testimage.Layer(t, ls[0]...)
+	zst := testimage.RawLayer(t, testimage.Tar(t, ls[1]...), tarball.WithCompression(compression.ZStd), tarball.WithMediaType(types.OCILayerZStd))
+	raw := static.NewLayer(testimage.Tar(t, ls[2]...), types.OCIUncompressedLayer)
+	return testimage.Image(t, platform, testConfig, gz, zst, raw)
+}
+
+func openStore(t *testing.T, opts ...oci.Option) *oci.Store {
+	t.Helper()
+	s, err := oci.Open(filepath.Join(t.TempDir(), "cache"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func wantTree() map[string]testimage.Node {
+	if os.Geteuid() == 0 {
+		return testimage.WantRules()
+	}
+	return testimage.RootlessView(testimage.WantRules(), os.Geteuid(), os.Getegid())
+}
+
+func checkTree(t *testing.T, root string, want map[string]testimage.Node) {
+	t.Helper()
+	got := testimage.ReadTree(t, root)
+	for _, d := range testimage.CompareTrees(want, got, true, true) {
+		t.Error(d)
+	}
+}
+
+// checkClean asserts that nothing half-made is left in the store, and
+// that it holds no tree when it should not.
+func checkClean(t *testing.T, s *oci.Store, trees bool) {
+	t.Helper()
+	dirs := []string{"tmp"}
+	if !trees {
+		dirs = append(dirs, "rootfs")
+	}
+	for _, d := range dirs {
+		entries, err := os.ReadDir(filepath.Join(s.Dir(), d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if d == "tmp" || e.IsDir() {
+				t.Errorf("left behind: %s/%s", d, e.Name())
+			}
+		}
+	}
+}
+
+func TestPullRules(t *testing.T) {
+	img := rulesImage(t, "")
+	ref := testimage.Serve(t, img)
+	s := openStore(t)
+	var states []oci.ProgressState
+	got, err := s.Pull(t.Context(), ref, oci.WithProgress(func(p oci.Progress) { states = append(states, p.State) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, got.Rootfs, wantTree())
+	wantDigest, _ := img.Digest()
+	if got.Digest != wantDigest || got.Ref != ref || got.Name != ref {
+		t.Errorf("got digest %s ref %q name %q; want %s and %q", got.Digest, got.Ref, got.Name, wantDigest, ref)
+	}
+	if got.Rootfs != filepath.Join(s.Dir(), "rootfs", wantDigest.Hex, "rootfs") {
+		t.Errorf("rootfs at %s", got.Rootfs)
+	}
+	if !got.Platform.Equals(testimage.HostPlatform()) || len(got.Layers) != 3 || got.Size <= 0 || got.Files == 0 {
+		t.Errorf("record %+v", got)
+	}
+	c := got.Config
+	if strings.Join(c.Env, ",") != "PATH=/bin,A=b" || c.Entrypoint[1] != "-c" || c.Cmd[0] != "echo hi" ||
+		c.WorkingDir != "/home/user" || c.User != "1000:1000" || c.ExposedPorts[0] != "8080/tcp" || c.Labels["org.example"] != "yes" {
+		t.Errorf("config %+v", c)
+	}
+	for _, d := range []string{filepath.Join(s.Dir(), "rootfs"), filepath.Dir(got.Rootfs)} {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v, %v; want 0700", d, fi.Mode(), err)
+		}
+	}
+	if n := countState(states, oci.LayerApplied); n != 3 {
+		t.Errorf("progress reported %d applied layers, want 3 (%v)", n, states)
+	}
+	checkClean(t, s, true)
+}
+
+func countState(states []oci.ProgressState, want oci.ProgressState) int {
+	n := 0
+	for _, s := range states {
+		if s == want {
+			n++
+		}
+	}
+	return n
+}
+
+func TestPullRootlessOption(t *testing.T) {
+	ref := testimage.Serve(t, rulesImage(t, ""))
+	s := openStore(t, oci.WithRootless(true))
+	got, err := s.Pull(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, got.Rootfs, testimage.RootlessView(testimage.WantRules(), os.Geteuid(), os.Getegid()))
+}
+
+func TestPullHostile(t *testing.T) {
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.Mkdir(victim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victim, "secret"), []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := testimage.NewRegistry(t, nil)
+	for i, tc := range testimage.HostileCases(victim) {
+		t.Run(tc.Name, func(t *testing.T) {
+			before := testimage.ReadTree(t, victim)
+			var layers []v1.Layer
+			for _, l := range tc.Layers {
+				layers = append(layers, testimage.Layer(t, l...))
+			}
+			ref := reg.Push(t, "hostile", string(rune('a'+i)), testimage.Image(t, "", testimage.Config{}, layers...))
+			s := openStore(t)
+			img, err := s.Pull(t.Context(), ref)
+			if tc.WantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.WantErr) {
+					t.Errorf("pull: %v, want an error containing %q", err, tc.WantErr)
+				}
+				checkClean(t, s, false)
+			} else if err != nil {
+				t.Errorf("pull: %v", err)
+			} else {
+				for p, n := range testimage.ReadTree(t, img.Rootfs) {
+					if n.Type == "char" || n.Type == "block" {
+						t.Errorf("device %s created", p)
+					}
+				}
+			}
+			for _, d := range testimage.CompareTrees(before, testimage.ReadTree(t, victim), true, true) {
+				t.Errorf("host changed outside the rootfs: %s", d)
+			}
+		})
+	}
+}
+
+// countingRegistry counts requests per kind ("manifests", "blobs").
+func countingRegistry(t *testing.T, fault func(w http.ResponseWriter, r *http.Request) bool) (*testimage.Registry, map[string]*atomic.Int64) {
+	counts := map[string]*atomic.Int64{"manifests": {}, "blobs": {}}
+	reg := testimage.NewRegistry(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				for k, c := range counts {
+					if strings.Contains(r.URL.Path, "/"+k+"/") {
+						c.Add(1)
+					}
+				}
+			}
+			if fault != nil && fault(w, r) {
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	return reg, counts
+}
+
+func TestPullPolicies(t *testing.T) {
+	reg, counts := countingRegistry(t, nil)
+	ctx := t.Context()
+	ls := testimage.RuleLayers()
+	v1img := testimage.Image(t, "", testimage.Config{}, testimage.Layer(t, ls[0]...))
+	v2img := testimage.Image(t, "", testimage.Config{}, testimage.Layer(t, ls[0]...), testimage.Layer(t, ls[1]...))
+	ref := reg.Push(t, "pol", "latest", v1img)
+	s := openStore(t)
+
+	if _, err := s.Pull(ctx, ref, oci.WithPolicy(oci.PullNever)); !errors.Is(err, oci.ErrNotFound) {
+		t.Fatalf("never, not cached: %v, want ErrNotFound", err)
+	}
+	first, err := s.Pull(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Push(t, "pol", "latest", v2img) // the tag moves on
+	counts["manifests"].Store(0)
+	counts["blobs"].Store(0)
+	for _, p := range []oci.PullPolicy{oci.PullIfMissing, oci.PullNever} {
+		img, err := s.Pull(ctx, ref, oci.WithPolicy(p))
+		if err != nil || img.Digest != first.Digest {
+			t.Errorf("%s: %v, digest %v; want the cached %s", p, err, img, first.Digest)
+		}
+	}
+	if n := counts["manifests"].Load() + counts["blobs"].Load(); n != 0 {
+		t.Errorf("cached pulls made %d registry requests, want 0", n)
+	}
+	img, err := s.Pull(ctx, ref, oci.WithPolicy(oci.PullAlways))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := v2img.Digest()
+	if img.Digest != want || counts["manifests"].Load() == 0 {
+		t.Errorf("always: digest %s after %d manifest requests; want %s from the registry", img.Digest, counts["manifests"].Load(), want)
+	}
+	// The layer shared with v1 came from the blob cache.
+	if n := counts["blobs"].Load(); n != 2 {
+		t.Errorf("always fetched %d blobs, want 2 (the config and the new layer)", n)
+	}
+	if _, err := oci.ParsePullPolicy("sometimes"); err == nil {
+		t.Error("ParsePullPolicy accepted sometimes")
+	}
+}
+
+func TestConcurrentPulls(t *testing.T) {
+	reg, counts := countingRegistry(t, nil)
+	img := rulesImage(t, "")
+	ref := reg.Push(t, "conc", "latest", img)
+	counts["blobs"].Store(0)
+	dir := filepath.Join(t.TempDir(), "cache")
+	var wg sync.WaitGroup
+	results := make([]*oci.Image, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := oci.Open(dir) // one Store per "process": locks are per open file
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			results[i], errs[i] = s.Pull(context.Background(), ref)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("pull %d: %v", i, err)
+		}
+	}
+	if results[0].Rootfs != results[1].Rootfs {
+		t.Errorf("two trees: %s and %s", results[0].Rootfs, results[1].Rootfs)
+	}
+	checkTree(t, results[0].Rootfs, wantTree())
+	if n := counts["blobs"].Load(); n > 5 {
+		t.Errorf("%d blob requests for 3 layers and two reads of the config: the pulls did not share the work", n)
+	}
+	s, _ := oci.Open(dir)
+	if list, _ := s.List(t.Context()); len(list) != 1 {
+		t.Errorf("%d records, want 1", len(list))
+	}
+	checkClean(t, s, true)
+}
+
+// faultyBlob returns a fault that breaks GETs of one blob with do.
+func faultyBlob(digest v1.Hash, on *atomic.Bool, do func(w http.ResponseWriter, body []byte)) func(http.ResponseWriter, *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		if !on.Load() || r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/blobs/"+digest.String()) {
+			return false
+		}
+		do(w, nil)
+		return true
+	}
+}
+
+func TestPullCorruptAndInterruptedBlobs(t *testing.T) {
+	img := rulesImage(t, "")
+	layers, _ := img.Layers()
+	bad, _ := layers[1].Digest()
+	good, _ := layers[1].Compressed()
+	var body []byte
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := good.Read(buf)
+		body = append(body, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	tests := []struct {
+		name string
+		do   func(w http.ResponseWriter)
+		want string
+	}{
+		{"corrupt", func(w http.ResponseWriter) {
+			c := append([]byte(nil), body...)
+			c[len(c)/2] ^= 0xff
+			w.Write(c)
+		}, "corrupt"},
+		{"dropped connection", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.WriteHeader(http.StatusOK)
+			w.Write(body[:len(body)/2])
+			w.(http.Flusher).Flush()
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.(*net.TCPConn).SetLinger(0)
+				conn.Close()
+			}
+		}, "interrupted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var on atomic.Bool
+			on.Store(true)
+			reg, _ := countingRegistry(t, faultyBlob(bad, &on, func(w http.ResponseWriter, _ []byte) { tt.do(w) }))
+			ref := reg.Push(t, "faulty", "latest", img)
+			s := openStore(t)
+			_, err := s.Pull(t.Context(), ref)
+			if err == nil || !strings.Contains(err.Error(), bad.String()) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("pull: %v, want an error naming blob %s (%s)", err, bad, tt.want)
+			}
+			if _, err := os.Stat(filepath.Join(s.Dir(), "blobs", "sha256", bad.Hex)); !os.IsNotExist(err) {
+				t.Errorf("the bad blob is in the cache: %v", err)
+			}
+			checkClean(t, s, false)
+			on.Store(false)
+			got, err := s.Pull(t.Context(), ref)
+			if err != nil {
+				t.Fatalf("pull after the fault is gone: %v", err)
+			}
+			checkTree(t, got.Rootfs, wantTree())
+		})
+	}
+}
+
+func TestPullPlatforms(t *testing.T) {
+	host := testimage.HostPlatform()
+	other := "linux/s390x"
+	if host.Architecture == "s390x" {
+		other = "linux/riscv64"
+	}
+	small := func(platform string) v1.Image {
+		return testimage.Image(t, platform, testimage.Config{}, testimage.Layer(t, testimage.File("arch", platform, 0o644)))
+	}
+	reg := testimage.NewRegistry(t, nil)
+	both := reg.Push(t, "multi", "both", testimage.Index(t, small(host.String()), small(other)))
+	foreign := reg.Push(t, "multi", "foreign", testimage.Index(t, small(other), small("linux/mips64le")))
+	s := openStore(t)
+
+	img, err := s.Pull(t.Context(), both)
+	if err != nil || img.Platform.String() != host.String() {
+		t.Fatalf("host platform: %v, %v", img, err)
+	}
+	p, _ := v1.ParsePlatform(other)
+	img, err = s.Pull(t.Context(), both, oci.WithPlatform(*p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(img.Rootfs, "arch")); string(b) != other {
+		t.Errorf("--platform %s gave the image of %q", other, b)
+	}
+	_, err = s.Pull(t.Context(), foreign)
+	var pe *oci.PlatformError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), other) || !strings.Contains(err.Error(), "linux/mips64le") {
+		t.Errorf("index without the host platform: %v, want an error naming %s and linux/mips64le", err, other)
+	}
+}
+
+func TestPullOfflineSources(t *testing.T) {
+	img := rulesImage(t, "")
+	dir := t.TempDir()
+	layoutDir := testimage.WriteLayout(t, filepath.Join(dir, "layout"), "v1", img)
+	archive := testimage.WriteDockerArchive(t, filepath.Join(dir, "img.tar"), "example.com/test/img:v1", img)
+	s := openStore(t)
+	for _, ref := range []string{"oci:" + layoutDir + ":v1", "oci:" + layoutDir, "docker-archive:" + archive, "docker-archive:" + archive + ":example.com/test/img:v1"} {
+		t.Run(ref, func(t *testing.T) {
+			got, err := s.Pull(t.Context(), ref, oci.WithPolicy(oci.PullAlways))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkTree(t, got.Rootfs, wantTree())
+			if got.Config.WorkingDir != "/home/user" {
+				t.Errorf("config %+v", got.Config)
+			}
+		})
+	}
+	if _, err := s.Pull(t.Context(), "oci:"+layoutDir+":nope"); err == nil || !strings.Contains(err.Error(), "v1") {
+		t.Errorf("missing tag: %v, want an error listing tag v1", err)
+	}
+}
+
+func TestListRemovePrune(t *testing.T) {
+	ctx := t.Context()
+	reg := testimage.NewRegistry(t, nil)
+	ls := testimage.RuleLayers()
+	base := testimage.Layer(t, ls[0]...)
+	refA := reg.Push(t, "a", "1", testimage.Image(t, "", testimage.Config{}, base))
+	refB := reg.Push(t, "b", "1", testimage.Image(t, "", testimage.Config{}, base, testimage.Layer(t, ls[1]...)))
+	s := openStore(t)
+	imgA, err := s.Pull(ctx, refA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgB, err := s.Pull(ctx, refB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List(ctx)
+	if err != nil || len(list) != 2 || list[0].Name != refB {
+		t.Fatalf("list: %v, %v", list, err)
+	}
+	if _, err := s.Remove(ctx, "nope:1", nil); !errors.Is(err, oci.ErrNotFound) {
+		t.Errorf("remove unknown: %v", err)
+	}
+	// B's tree is in use: the record goes, the tree stays.
+	inUse := func(h v1.Hash) bool { return h == imgB.Digest }
+	freed, err := s.Remove(ctx, imgB.Digest.Hex[:12], inUse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(freed.Images) != 1 || len(freed.Trees) != 0 || freed.Blobs != 3 {
+		t.Errorf("remove B (in use): %+v; want its record and 3 blobs (manifest, config, top layer), no tree", freed)
+	}
+	if _, err := os.Stat(imgB.Rootfs); err != nil {
+		t.Errorf("tree in use was deleted: %v", err)
+	}
+	freed, err = s.Prune(ctx, nil)
+	if err != nil || len(freed.Trees) != 1 || freed.Trees[0] != imgB.Digest || freed.Bytes <= 0 {
+		t.Errorf("prune: %+v, %v; want B's tree", freed, err)
+	}
+	if _, err := os.Stat(imgB.Rootfs); !os.IsNotExist(err) {
+		t.Errorf("pruned tree still there: %v", err)
+	}
+	freed, err = s.Remove(ctx, refA, nil)
+	if err != nil || len(freed.Trees) != 1 || freed.Blobs != 3 {
+		t.Errorf("remove A: %+v, %v; want its tree and 3 blobs", freed, err)
+	}
+	for _, d := range []string{"blobs/sha256", "rootfs", "trash"} {
+		if entries, _ := os.ReadDir(filepath.Join(s.Dir(), d)); len(entries) != 0 {
+			t.Errorf("%s not empty after removing everything: %d entries", d, len(entries))
+		}
+	}
+	_ = imgA
+}
+
+func TestExport(t *testing.T) {
+	ref := testimage.Serve(t, rulesImage(t, ""))
+	s := openStore(t)
+	dir := filepath.Join(t.TempDir(), "out")
+	if _, err := s.Export(t.Context(), ref, dir); err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, dir, wantTree())
+	_, err := s.Export(t.Context(), ref, dir)
+	var ne *oci.DirNotEmptyError
+	if !errors.As(err, &ne) {
+		t.Errorf("export into a non-empty dir: %v", err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	ref := testimage.Serve(t, rulesImage(t, ""))
+	s := openStore(t, oci.WithLimits(oci.Limits{MaxEntries: 10}))
+	_, err := s.Pull(t.Context(), ref)
+	var le *oci.LimitsError
+	if !errors.As(err, &le) {
+		t.Fatalf("pull: %v, want a LimitsError", err)
+	}
+	checkClean(t, s, false)
+}
+
+func TestReflattenStaleTreeOffline(t *testing.T) {
+	ref := testimage.Serve(t, rulesImage(t, ""))
+	s := openStore(t)
+	img, err := s.Pull(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A tree from an earlier boot that was never synced is not trusted.
+	meta := filepath.Join(filepath.Dir(img.Rootfs), "meta.json")
+	b, _ := os.ReadFile(meta)
+	if err := os.WriteFile(meta, []byte(strings.Replace(string(b), `"bootID":"`, `"bootID":"old-`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(img.Rootfs, "etc", "passwd"), []byte("damaged"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Pull(t.Context(), ref, oci.WithPolicy(oci.PullNever))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, again.Rootfs, wantTree())
+}
+
+func TestPullBusybox(t *testing.T) {
+	ref := testimage.Serve(t, testimage.Busybox(t))
+	img, err := openStore(t).Pull(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := testimage.ReadTree(t, img.Rootfs)
+	if tree["bin/sh"].Link != "busybox" || tree["bin/busybox"].Mode.Perm() != 0o755 || tree["tmp"].Type != "dir" {
+		t.Errorf("busybox tree: sh %v, busybox %v, tmp %v", tree["bin/sh"], tree["bin/busybox"], tree["tmp"])
+	}
+	if !strings.Contains(tree["etc/passwd"].Body, "root:x:0:0") || img.Config.Cmd[0] != "/bin/sh" {
+		t.Errorf("passwd %q, config %+v", tree["etc/passwd"].Body, img.Config)
+	}
+}
