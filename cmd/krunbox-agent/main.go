@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command krunbox-agent is the krunbox guest agent. libkrun's init starts it
 // in the VM as /.krunbox/krunbox-agent --config /.krunbox/agent.json; it
 // mounts the configured shares, listens on vsock, and serves the host's
