@@ -20,8 +20,9 @@ import (
 
 var binary string
 
-// Main builds the agent (CGO_ENABLED=0, as shipped), runs the tests and
-// removes the build. Call it from TestMain.
+// Main builds the agent (CGO_ENABLED=0, as shipped; with the race detector
+// when KRUNBOX_AGENT_RACE=1), runs the tests and removes the build. Call it
+// from TestMain.
 func Main(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "krunbox-agenttest-")
 	if err != nil {
@@ -32,6 +33,11 @@ func Main(m *testing.M) int {
 	binary = filepath.Join(dir, "krunbox-agent")
 	cmd := exec.Command("go", "build", "-o", binary, "github.com/krunbox/krunbox/cmd/krunbox-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if os.Getenv("KRUNBOX_AGENT_RACE") == "1" {
+		// The race detector needs cgo: for checking the agent, not shipping it.
+		cmd.Args = append(cmd.Args[:2], append([]string{"-race"}, cmd.Args[2:]...)...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build the agent: %v\n%s", err, out)
 		return 1
@@ -124,8 +130,11 @@ func Start(t testing.TB, cfg *protocol.Config, opts ...Option) *Agent {
 			a.Cmd.Process.Kill()
 			<-exited
 		}
+		b, _ := os.ReadFile(a.Log)
+		if strings.Contains(string(b), "DATA RACE") || strings.Contains(string(b), "panic:") {
+			t.Errorf("the agent raced or panicked")
+		}
 		if t.Failed() {
-			b, _ := os.ReadFile(a.Log)
 			t.Logf("agent log:\n%s", b)
 		}
 	})
