@@ -217,30 +217,15 @@ func TestVersionMismatchNamesBothVersions(t *testing.T) {
 func TestAgentNewerVersionNegotiatesDown(t *testing.T) {
 	// A host speaking 1..3 to this agent gets version 1.
 	_, a := newTestClient(t, nil)
-	nc, err := net.Dial("unix", a.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.Write(protocol.AppendFrame(nil, protocol.Header{Type: protocol.TypeHello}, protocol.Encode(&protocol.Hello{MinVersion: 1, MaxVersion: 3})))
-	f, err := protocol.ReadFrame(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r protocol.HelloReply
-	if err := protocol.Decode(f.Body, &r); err != nil || r.Version != 1 {
-		t.Fatalf("reply %+v, %v; want version 1", r, err)
+	if _, r := a.Hello(t, 1, 3); r.Version != 1 {
+		t.Fatalf("reply %+v; want version 1", r)
 	}
 	// And a host that only speaks 2..3 gets version 0 and a close.
-	nc2, _ := net.Dial("unix", a.Socket)
-	defer nc2.Close()
-	nc2.Write(protocol.AppendFrame(nil, protocol.Header{Type: protocol.TypeHello}, protocol.Encode(&protocol.Hello{MinVersion: 2, MaxVersion: 3})))
-	f, _ = protocol.ReadFrame(nc2)
-	protocol.Decode(f.Body, &r)
+	nc, r := a.Hello(t, 2, 3)
 	if r.Version != 0 || r.MinVersion != 1 || r.MaxVersion != 1 {
 		t.Fatalf("reply %+v, want version 0 and the agent's range", r)
 	}
-	if _, err := protocol.ReadFrame(nc2); err != io.EOF {
+	if _, err := protocol.ReadFrame(nc); err != io.EOF {
 		t.Fatalf("after a failed negotiation: %v, want EOF", err)
 	}
 }

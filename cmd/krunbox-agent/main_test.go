@@ -4,13 +4,10 @@ package main
 
 import (
 	"debug/elf"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
@@ -74,38 +71,9 @@ func TestBadFlagsAndVersion(t *testing.T) {
 }
 
 func TestBadConfigIsReportedInHello(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "agent.json")
-	os.WriteFile(cfg, []byte(`{"workdir": "relative"}`), 0o644)
-	sock := filepath.Join(dir, "a.sock")
-	cmd := exec.Command(agenttest.Binary(), "--config", cfg, "--listen", "unix:"+sock)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	var nc net.Conn
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var err error
-		if nc, err = net.Dial("unix", sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not listening: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	defer nc.Close()
-	nc.Write(protocol.AppendFrame(nil, protocol.Header{Type: protocol.TypeHello}, protocol.Encode(&protocol.Hello{MinVersion: 1, MaxVersion: 1})))
-	f, err := protocol.ReadFrame(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r protocol.HelloReply
-	if err := protocol.Decode(f.Body, &r); err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "workdir") || !strings.Contains(r.Warnings[0], cfg) {
+	a := agenttest.Start(t, nil, agenttest.WithConfigJSON([]byte(`{"workdir": "relative"}`)))
+	_, r := a.Hello(t, 1, 1)
+	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "workdir") || !strings.Contains(r.Warnings[0], "agent.json") {
 		t.Fatalf("warnings %q, want the config error", r.Warnings)
 	}
 }

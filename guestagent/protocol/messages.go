@@ -263,8 +263,10 @@ type WriteFileRequest struct {
 
 // Validate implements Request.
 func (r *WriteFileRequest) Validate() error {
-	if r.Mode != nil && *r.Mode&^0o7777 != 0 {
-		return fmt.Errorf("write: mode %#o has bits beyond 07777", *r.Mode)
+	if r.Mode != nil {
+		if err := checkMode("write", *r.Mode); err != nil {
+			return err
+		}
 	}
 	return checkPath("path", r.Path)
 }
@@ -302,8 +304,8 @@ type MkdirRequest struct {
 
 // Validate implements Request.
 func (r *MkdirRequest) Validate() error {
-	if r.Mode&^0o7777 != 0 {
-		return fmt.Errorf("mkdir: mode %#o has bits beyond 07777", r.Mode)
+	if err := checkMode("mkdir", r.Mode); err != nil {
+		return err
 	}
 	return checkPath("path", r.Path)
 }
@@ -365,8 +367,8 @@ type ChmodRequest struct {
 
 // Validate implements Request.
 func (r *ChmodRequest) Validate() error {
-	if r.Mode&^0o7777 != 0 {
-		return fmt.Errorf("chmod: mode %#o has bits beyond 07777", r.Mode)
+	if err := checkMode("chmod", r.Mode); err != nil {
+		return err
 	}
 	return checkPath("path", r.Path)
 }
@@ -456,6 +458,14 @@ func Encode(v any) []byte {
 		panic(fmt.Sprintf("protocol: encode %T: %v", v, err))
 	}
 	return b
+}
+
+// checkMode refuses mode bits beyond permissions, setuid, setgid, sticky.
+func checkMode(op string, mode uint32) error {
+	if mode&^0o7777 != 0 {
+		return fmt.Errorf("%s: mode %#o has bits beyond 07777", op, mode)
+	}
+	return nil
 }
 
 func checkPath(field, p string) error {

@@ -68,12 +68,17 @@ func (a *Agent) Pid() int { return a.Cmd.Process.Pid }
 type Option func(*options)
 
 type options struct {
-	env     []string
-	wrapper []string
+	env        []string
+	wrapper    []string
+	configJSON []byte
 }
 
 // WithEnv adds KEY=VALUE entries to the agent's environment.
 func WithEnv(kv ...string) Option { return func(o *options) { o.env = append(o.env, kv...) } }
+
+// WithConfigJSON writes data as the config file instead of the cfg given
+// to Start: for configs a Config cannot express, such as broken ones.
+func WithConfigJSON(data []byte) Option { return func(o *options) { o.configJSON = data } }
 
 // WithWrapper runs the agent under a command, such as
 // "unshare", "-m", "-u", "--".
@@ -93,11 +98,18 @@ func Start(t testing.TB, cfg *protocol.Config, opts ...Option) *Agent {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if cfg == nil {
 		cfg = &protocol.Config{}
 	}
 	cfgPath := filepath.Join(dir, "agent.json")
-	data, _ := json.Marshal(cfg)
+	data := o.configJSON
+	if data == nil {
+		data, _ = json.Marshal(cfg)
+	}
 	if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -107,10 +119,6 @@ func Start(t testing.TB, cfg *protocol.Config, opts ...Option) *Agent {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
 	argv := append(append([]string(nil), o.wrapper...), binary, "--config", cfgPath, "--listen", "unix:"+a.Socket, "--debug")
 	a.Cmd = exec.Command(argv[0], argv[1:]...)
 	a.Cmd.Stdout, a.Cmd.Stderr = logf, logf
@@ -167,4 +175,31 @@ func (a *Agent) Wait(ctx context.Context) (int, bool) {
 	case <-ctx.Done():
 		return -1, false
 	}
+}
+
+// Hello opens a raw connection to the agent, says hello with the version
+// range min..max, and returns the connection and the agent's reply.
+func (a *Agent) Hello(t testing.TB, min, max int) (net.Conn, *protocol.HelloReply) {
+	t.Helper()
+	nc, err := net.Dial("unix", a.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	hello := protocol.Encode(&protocol.Hello{MinVersion: min, MaxVersion: max})
+	if _, err := nc.Write(protocol.AppendFrame(nil, protocol.Header{Type: protocol.TypeHello}, hello)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := protocol.ReadFrame(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r protocol.HelloReply
+	if f.Type != protocol.TypeHelloReply {
+		t.Fatalf("answer to hello: %s", f.Type)
+	}
+	if err := protocol.Decode(f.Body, &r); err != nil {
+		t.Fatal(err)
+	}
+	return nc, &r
 }
