@@ -368,7 +368,7 @@ func TestStdinFromReader(t *testing.T) {
 func TestCombinedOutput(t *testing.T) {
 	c, _ := newTestClient(t, nil)
 	var b bytes.Buffer
-	_, err := c.Run(testContext(t), Cmd{Args: []string{"sh", "-c", "echo a; sleep 0.05; echo b >&2; sleep 0.05; echo c"}, Stdout: &b, Stderr: &b})
+	_, err := c.Run(testContext(t), Cmd{Args: []string{"sh", "-c", "echo a; sleep 0.2; echo b >&2; sleep 0.2; echo c"}, Stdout: &b, Stderr: &b})
 	if err != nil || b.String() != "a\nb\nc\n" {
 		t.Fatalf("combined = %q, %v", b.String(), err)
 	}
