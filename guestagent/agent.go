@@ -151,6 +151,7 @@ func (a *Agent) Serve(l net.Listener) error {
 	if a.cfg.IdleTimeout > 0 {
 		go a.watchIdle(a.cfg.IdleTimeout)
 	}
+	var backoff time.Duration
 	for {
 		nc, err := l.Accept()
 		if err != nil {
@@ -159,12 +160,17 @@ func (a *Agent) Serve(l net.Listener) error {
 				return nil
 			default:
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("accept: %w", err)
 			}
-			return fmt.Errorf("accept: %w", err)
+			// Out of file descriptors, an aborted connection: the agent
+			// must not die of it (that would stop the VM); wait and retry.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			a.log.Warn("accept failed, retrying", "err", err, "in", backoff)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		c := newConn(a, nc)
 		a.mu.Lock()
 		a.conns[c] = struct{}{}
