@@ -49,16 +49,16 @@ type clientOptions struct {
 	helloWithin time.Duration
 }
 
-// WithLogger sends the client's log to l.
-func WithLogger(l *slog.Logger) ClientOption { return func(o *clientOptions) { o.log = l } }
+// WithClientLogger sends the client's log to l.
+func WithClientLogger(l *slog.Logger) ClientOption { return func(o *clientOptions) { o.log = l } }
 
 // WithClientName names the program in the agent's log.
 func WithClientName(name string) ClientOption { return func(o *clientOptions) { o.name = name } }
 
-// WithWindow sets how many bytes of each output stream (stdout, stderr, a
+// WithClientWindow sets how many bytes of each output stream (stdout, stderr, a
 // file being read) the client buffers before the guest must wait for it to
 // be read. The default is protocol.DefaultWindow (1 MiB).
-func WithWindow(bytes int) ClientOption {
+func WithClientWindow(bytes int) ClientOption {
 	return func(o *clientOptions) { o.window = uint32(max(min(bytes, protocol.MaxWindow), protocol.MaxChunk)) }
 }
 

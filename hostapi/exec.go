@@ -44,7 +44,7 @@ type Cmd struct {
 	// (Process.Stdin); closing it closes the process's stdin.
 	OpenStdin bool
 	// Stdout and Stderr, when set, receive the process's output. When nil,
-	// Run collects it into the Result and Start leaves it to be read from
+	// Run collects it into the RunResult and Start leaves it to be read from
 	// Process.Stdout and Process.Stderr. Passing the same writer for both
 	// interleaves them, as a terminal would.
 	Stdout io.Writer
@@ -57,8 +57,8 @@ func Command(args ...string) Cmd { return Cmd{Args: args} }
 // WindowSize is a terminal size.
 type WindowSize = protocol.WindowSize
 
-// Result is what Run collected.
-type Result struct {
+// RunResult is what Run collected.
+type RunResult struct {
 	// Stdout and Stderr are the output, unless Cmd.Stdout or Cmd.Stderr
 	// took it.
 	Stdout, Stderr []byte
@@ -130,11 +130,11 @@ func (e *StartError) Unwrap() error {
 	return e.Err
 }
 
-// Run runs cmd to completion. It returns the Result and, when the process
+// Run runs cmd to completion. It returns the RunResult and, when the process
 // ran but did not exit 0, an *ExitError (with Stderr set when collected);
 // when it could not start, a *StartError and no Result. Output not sent to
 // Cmd.Stdout or Cmd.Stderr is collected in memory.
-func (c *Client) Run(ctx context.Context, cmd Cmd) (*Result, error) {
+func (c *Client) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
 	var stdout, stderr *bytes.Buffer
 	if cmd.Stdout == nil {
 		stdout = new(bytes.Buffer)
@@ -150,7 +150,7 @@ func (c *Client) Run(ctx context.Context, cmd Cmd) (*Result, error) {
 	}
 	defer p.Close()
 	err = p.Wait()
-	res := &Result{ExitCode: p.ExitCode()}
+	res := &RunResult{ExitCode: p.ExitCode()}
 	if stdout != nil {
 		res.Stdout = stdout.Bytes()
 	}

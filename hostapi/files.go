@@ -56,9 +56,9 @@ func (c *Client) WriteFile(ctx context.Context, name string, data []byte, perm f
 	return w.Close()
 }
 
-// File is a guest file open for reading, streamed: data comes as it is
+// FileReader is a guest file open for reading, streamed: data comes as it is
 // read, within a window, so reading a large file takes bounded memory.
-type File struct {
+type FileReader struct {
 	name string
 	info fs.FileInfo
 	st   *stream
@@ -67,13 +67,13 @@ type File struct {
 }
 
 // Open opens a guest file for reading.
-func (c *Client) Open(ctx context.Context, name string) (*File, error) {
+func (c *Client) Open(ctx context.Context, name string) (*FileReader, error) {
 	return c.OpenRange(ctx, name, 0, 0)
 }
 
 // OpenRange opens a guest file for reading length bytes from offset
 // (length 0: to the end).
-func (c *Client) OpenRange(ctx context.Context, name string, offset, length int64) (*File, error) {
+func (c *Client) OpenRange(ctx context.Context, name string, offset, length int64) (*FileReader, error) {
 	st, f, err := c.openStream(ctx, protocol.TypeReadFile, &protocol.ReadFileRequest{Path: name, Offset: offset, Limit: length}, false)
 	if err != nil {
 		return nil, pathError("open", name, err)
@@ -83,7 +83,7 @@ func (c *Client) OpenRange(ctx context.Context, name string, offset, length int6
 		st.cancel()
 		return nil, pathError("open", name, err)
 	}
-	file := &File{name: name, info: newFileInfo(path.Base(name), &fi), st: st}
+	file := &FileReader{name: name, info: newFileInfo(path.Base(name), &fi), st: st}
 	file.stop = context.AfterFunc(ctx, func() { st.cancel() })
 	return file, nil
 }
@@ -107,7 +107,7 @@ func (c *Client) openStream(ctx context.Context, t protocol.Type, req any, in bo
 }
 
 // Read reads the file's content.
-func (f *File) Read(p []byte) (int, error) {
+func (f *FileReader) Read(p []byte) (int, error) {
 	n, err := f.st.out.Read(p)
 	if err != nil && err != io.EOF {
 		err = pathError("read", f.name, err)
@@ -116,7 +116,7 @@ func (f *File) Read(p []byte) (int, error) {
 }
 
 // WriteTo writes the file's content to w, for io.Copy.
-func (f *File) WriteTo(w io.Writer) (int64, error) {
+func (f *FileReader) WriteTo(w io.Writer) (int64, error) {
 	n, err := f.st.out.WriteTo(w)
 	if err != nil {
 		var pe *fs.PathError
@@ -128,10 +128,10 @@ func (f *File) WriteTo(w io.Writer) (int64, error) {
 }
 
 // Stat describes the file as it was when opened.
-func (f *File) Stat() (fs.FileInfo, error) { return f.info, nil }
+func (f *FileReader) Stat() (fs.FileInfo, error) { return f.info, nil }
 
 // Close stops the transfer if it is not complete.
-func (f *File) Close() error {
+func (f *FileReader) Close() error {
 	f.once.Do(func() {
 		f.stop()
 		f.st.cancel()
@@ -288,6 +288,10 @@ func (c *Client) stat(ctx context.Context, op, name string, noFollow bool) (fs.F
 	return newFileInfo(path.Base(name), &fi), nil
 }
 
+// maxDirEntries bounds what ReadDir accepts from the guest, which is not
+// trusted with the host's memory.
+const maxDirEntries = 1 << 20
+
 // ReadDir lists a guest directory, sorted by name. Each entry's Info is
 // already known (lstat), so calling it costs nothing.
 func (c *Client) ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
@@ -303,6 +307,10 @@ func (c *Client) ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error
 	var out []fs.DirEntry
 	dec := json.NewDecoder(st.out)
 	for {
+		if len(out) >= maxDirEntries {
+			st.cancel()
+			return nil, pathError("readdir", name, fmt.Errorf("more than %d entries", maxDirEntries))
+		}
 		var fi protocol.FileInfo
 		if err := dec.Decode(&fi); err == io.EOF {
 			break
