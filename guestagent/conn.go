@@ -257,13 +257,21 @@ func (c *conn) open(f protocol.Frame) error {
 			invalid = err
 		}
 	}
-	if r, ok := req.(*protocol.ExecRequest); ok && r.Stdin && invalid == nil {
+	// Answers to refused requests are written from another goroutine: the
+	// reader never blocks on a write, or both sides could wait on each
+	// other's full socket. Refused streams are never registered, so frames
+	// the host already sent for them are ignored.
+	if invalid != nil {
+		cancel()
+		go c.send(protocol.Header{Stream: st.id, Type: protocol.TypeError, Flags: protocol.FlagEnd},
+			protocol.Encode(protocol.Error{Code: "EINVAL", Op: f.Type.String(), Message: invalid.Error()}))
+		return nil
+	}
+	if r, ok := req.(*protocol.ExecRequest); ok && r.Stdin {
 		st.in = protocol.NewInbox(protocol.DefaultWindow, func(n uint32) { c.credit(st, n) })
 	}
-	if f.Type == protocol.TypeWriteFile && invalid == nil {
-		// Files move in bulk: a larger window than the hello's, granted now.
+	if f.Type == protocol.TypeWriteFile {
 		st.in = protocol.NewInbox(fileWindow, func(n uint32) { c.credit(st, n) })
-		defer c.credit(st, fileWindow-protocol.DefaultWindow)
 	}
 	c.mu.Lock()
 	full := len(c.streams) >= maxStreams
@@ -271,16 +279,13 @@ func (c *conn) open(f protocol.Frame) error {
 		c.streams[st.id] = st
 	}
 	c.mu.Unlock()
-	switch {
-	case full:
+	if full {
 		cancel()
-		c.send(protocol.Header{Stream: st.id, Type: protocol.TypeError, Flags: protocol.FlagEnd},
+		go c.send(protocol.Header{Stream: st.id, Type: protocol.TypeError, Flags: protocol.FlagEnd},
 			protocol.Encode(protocol.Error{Code: "EAGAIN", Op: f.Type.String(), Message: fmt.Sprintf("more than %d requests in progress on this connection", maxStreams)}))
-	case invalid != nil:
-		c.replyError(st, &protocol.Error{Code: "EINVAL", Op: f.Type.String(), Message: invalid.Error()})
-	default:
-		go c.run(st, req)
+		return nil
 	}
+	go c.run(st, req)
 	return nil
 }
 
@@ -291,6 +296,10 @@ func (c *conn) run(st *stream, req any) {
 	default:
 		c.a.busy(1)
 		defer c.a.busy(-1)
+	}
+	if st.typ == protocol.TypeWriteFile {
+		// Files move in bulk: a larger window than the hello's.
+		c.credit(st, fileWindow-protocol.DefaultWindow)
 	}
 	switch r := req.(type) {
 	case nil:

@@ -120,9 +120,12 @@ func (in *Inbox) Push(b []byte) error {
 		in.buffered += int64(len(b))
 		in.wakeLocked()
 	} else if in.err != nil {
-		// The reader is gone: keep granting so the sender is not stuck.
-		in.unacked += int64(len(b))
-		in.ackLocked(true)
+		// The reader is gone: keep granting so the sender is not stuck, from
+		// another goroutine, since Push runs on the connection's reader,
+		// which must never block on a write.
+		if n := len(b); n > 0 {
+			go in.grant(uint32(n))
+		}
 	}
 	return nil
 }
