@@ -365,6 +365,38 @@ func TestStdinFromReader(t *testing.T) {
 	}
 }
 
+func TestStdinAndStdoutBothWaysAtOnce(t *testing.T) {
+	// 64 MiB through cat: stdin and stdout windows fill and drain at the
+	// same time, on one connection, with other requests alongside.
+	c, _ := newTestClient(t, nil)
+	ctx := testContext(t)
+	data := bytes.Repeat([]byte("krunbox\n"), 64<<20/8)
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < 20; i++ {
+			if _, err := c.Ping(ctx); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	var out countingWriter
+	if _, err := c.Run(ctx, Cmd{Args: []string{"cat"}, Stdin: bytes.NewReader(data), Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if out.n != int64(len(data)) {
+		t.Fatalf("cat echoed %d bytes, want %d", out.n, len(data))
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("pings alongside: %v", err)
+	}
+}
+
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
 func TestCombinedOutput(t *testing.T) {
 	c, _ := newTestClient(t, nil)
 	var b bytes.Buffer
