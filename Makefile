@@ -77,8 +77,13 @@ bench-oci:
 	GO=$(GO) hack/bench-oci.sh
 
 # Each area's benchmark target. Placeholders until the area is written.
-bench-agent bench-vm bench-sandbox bench-pi:
+bench-vm bench-sandbox bench-pi:
 	@echo "$@: not written yet"
+
+## bench-agent: the guest agent against os/exec and a bare socket pair (BENCHMARKS.md)
+bench-agent:
+	$(GO) test -run '^$$' -bench 'ExecTrue|Ping|SmallFileRead' -benchtime 2000x ./hostapi/
+	$(GO) test -run '^$$' -bench 'FileTransfer' -benchtime 10x ./hostapi/
 
 ## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD))
 run: build

@@ -3,6 +3,7 @@ module github.com/krunbox/krunbox
 go 1.26.0
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/docker/cli v29.7.2+incompatible
 	github.com/docker/go-units v0.5.0
 	github.com/google/go-containerregistry v0.22.1

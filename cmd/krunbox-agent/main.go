@@ -1,0 +1,132 @@
+//go:build linux
+
+// Command krunbox-agent is the krunbox guest agent. libkrun's init starts it
+// in the VM as /.krunbox/krunbox-agent --config /.krunbox/agent.json; it
+// mounts the configured shares, listens on vsock, and serves the host's
+// exec, file and health requests until asked to shut down, then exits 0,
+// which stops the VM.
+//
+// Outside a VM (tests, debugging), --listen unix:PATH serves the same
+// protocol on a unix socket, and the agent then leaves the hostname and
+// mounts alone unless the config sets setup_outside_vm.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/krunbox/krunbox/guestagent"
+	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/guestagent/vmdev"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	started := guestagent.BootTime()
+	if err := run(os.Args[1:], started); err != nil {
+		fmt.Fprintf(os.Stderr, "krunbox-agent: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, started time.Duration) error {
+	fl := flag.NewFlagSet("krunbox-agent", flag.ContinueOnError)
+	configPath := fl.String("config", protocol.ConfigPath, "boot configuration `file`")
+	listen := fl.String("listen", "", "where to listen: vsock:PORT, or unix:PATH outside a VM (default: vsock on the config's port)")
+	debug := fl.Bool("debug", false, "log debug messages")
+	showVersion := fl.Bool("version", false, "print the version and exit")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if *showVersion {
+		fmt.Println(version)
+		return nil
+	}
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("agent", version)
+
+	var warnings []string
+	cfg, err := protocol.ReadConfig(*configPath)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			warnings = append(warnings, err.Error())
+		}
+		log.Warn("using the default configuration", "err", err)
+		cfg = &protocol.Config{}
+	}
+
+	network, address, err := listenAddress(*listen, cfg)
+	if err != nil {
+		return err
+	}
+	a, err := guestagent.New(guestagent.Options{
+		Config:   cfg,
+		Version:  version,
+		Started:  started,
+		Setup:    network == "vsock" || cfg.SetupOutsideVM,
+		Sync:     network == "vsock",
+		Warnings: warnings,
+		Logger:   log,
+	})
+	if err != nil {
+		return err
+	}
+	var l net.Listener
+	if network == "unix" {
+		os.Remove(address)
+		l, err = net.Listen("unix", address)
+	} else {
+		port, _ := strconv.ParseUint(address, 10, 32)
+		l, err = vmdev.Listen(uint32(port))
+	}
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	log.Info("ready", "listen", network+":"+address)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-sig
+		log.Info("shutting down", "signal", s)
+		a.Shutdown(protocol.DefaultShutdownGrace)
+	}()
+	if err := a.Serve(l); err != nil {
+		return err
+	}
+	log.Info("shut down")
+	return nil
+}
+
+// listenAddress parses --listen: "unix:PATH", "vsock:PORT", or "" for
+// vsock on the config's port.
+func listenAddress(flagValue string, cfg *protocol.Config) (network, address string, err error) {
+	if flagValue == "" {
+		return "vsock", strconv.FormatUint(uint64(cfg.ListenPort()), 10), nil
+	}
+	network, address, ok := strings.Cut(flagValue, ":")
+	switch {
+	case ok && network == "unix" && address != "":
+		return network, address, nil
+	case ok && network == "vsock":
+		if _, err := strconv.ParseUint(address, 10, 32); err == nil {
+			return network, address, nil
+		}
+	}
+	return "", "", fmt.Errorf("--listen %q: want unix:PATH or vsock:PORT", flagValue)
+}

@@ -1,0 +1,130 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"time"
+)
+
+// Where the host puts the agent and its boot configuration in the sandbox's
+// root file system before boot. libkrun's init execs AgentPath with the
+// arguments "--config ConfigPath".
+const (
+	GuestDir   = "/.krunbox"
+	AgentPath  = GuestDir + "/krunbox-agent"
+	ConfigPath = GuestDir + "/agent.json"
+)
+
+// DefaultPort is the vsock port the agent listens on unless its config
+// says otherwise.
+const DefaultPort uint32 = 9421
+
+// Config is the agent's boot configuration: a JSON file the host writes to
+// ConfigPath in the sandbox's root before boot (never the kernel command
+// line, which cannot carry quotes and is visible in /proc/cmdline). Fields
+// a given agent does not know are ignored, so the host may add new ones.
+type Config struct {
+	// Port is the vsock port to listen on; 0 means DefaultPort.
+	Port uint32 `json:"port,omitempty"`
+	// Hostname, when set, becomes the guest's hostname.
+	Hostname string `json:"hostname,omitempty"`
+	// Mounts are the virtio-fs shares to mount, in order.
+	Mounts []Mount `json:"mounts,omitempty"`
+	// Env (KEY=VALUE) is the default environment of every process,
+	// overridden entry by entry by an exec's own env.
+	Env []string `json:"env,omitempty"`
+	// User is the default user of processes (name or uid[:gid]); empty
+	// means the agent's own (root).
+	User string `json:"user,omitempty"`
+	// Workdir is the default working directory of processes and the base of
+	// relative paths in file requests; empty means "/".
+	Workdir string `json:"workdir,omitempty"`
+	// IdleTimeout, when positive, shuts the VM down once there has been no
+	// exec or file request and no running process for that long. Pings and
+	// health requests do not count as activity.
+	IdleTimeout time.Duration `json:"idle_timeout_ns,omitempty"`
+	// SetupOutsideVM makes an agent listening on a unix socket (a test or
+	// debugging run outside a VM) still set the hostname and mount the
+	// shares. Production configs never set it.
+	SetupOutsideVM bool `json:"setup_outside_vm,omitempty"`
+}
+
+// Mount is one virtio-fs share.
+type Mount struct {
+	// Tag is the virtio-fs tag the host exported the directory under.
+	Tag string `json:"tag"`
+	// Path is the absolute guest path to mount it on; missing directories
+	// are created.
+	Path string `json:"path"`
+	// ReadOnly mounts it read-only.
+	ReadOnly bool `json:"read_only,omitempty"`
+}
+
+// Validate checks a config for values the agent cannot use.
+func (c *Config) Validate() error {
+	var errs []error
+	for i, m := range c.Mounts {
+		if m.Tag == "" {
+			errs = append(errs, fmt.Errorf("mount %d: empty tag", i))
+		}
+		if !path.IsAbs(m.Path) {
+			errs = append(errs, fmt.Errorf("mount %d (%s): path %q is not absolute", i, m.Tag, m.Path))
+		}
+	}
+	for _, e := range c.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("env entry %q is not KEY=VALUE", e))
+		}
+	}
+	if c.Workdir != "" && !path.IsAbs(c.Workdir) {
+		errs = append(errs, fmt.Errorf("workdir %q is not absolute", c.Workdir))
+	}
+	if c.IdleTimeout < 0 {
+		errs = append(errs, errors.New("negative idle timeout"))
+	}
+	return errors.Join(errs...)
+}
+
+// ListenPort is the vsock port the agent listens on.
+func (c *Config) ListenPort() uint32 {
+	if c.Port == 0 {
+		return DefaultPort
+	}
+	return c.Port
+}
+
+// ReadConfig reads and validates a config file.
+func ReadConfig(name string) (*Config, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("read agent config: %w", err)
+	}
+	var c Config
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("agent config %s: %w", name, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("agent config %s: %w", name, err)
+	}
+	return &c, nil
+}
+
+// WriteConfig writes c to name (mode 0644), for the host to place in the
+// sandbox's root before boot.
+func WriteConfig(name string, c *Config) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("agent config: %w", err)
+	}
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return fmt.Errorf("agent config: %w", err)
+	}
+	if err := os.WriteFile(name, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write agent config: %w", err)
+	}
+	return nil
+}

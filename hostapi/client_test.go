@@ -1,0 +1,329 @@
+package hostapi
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/internal/testutil/agenttest"
+)
+
+// newTestClient starts an agent with cfg and returns a client of it.
+func newTestClient(t testing.TB, cfg *protocol.Config, opts ...agenttest.Option) (*Client, *agenttest.Agent) {
+	t.Helper()
+	a := agenttest.Start(t, cfg, opts...)
+	c := NewUnixClient(a.Socket)
+	t.Cleanup(func() { c.Close() })
+	return c, a
+}
+
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestInfoAndHealth(t *testing.T) {
+	c, _ := newTestClient(t, nil)
+	ctx := testContext(t)
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Version != protocol.Version || info.Arch != runtime.GOARCH || info.AgentVersion == "" {
+		t.Errorf("hello = %+v", info)
+	}
+	if info.Boot.AgentStart <= 0 || info.Boot.Ready < info.Boot.AgentStart {
+		t.Errorf("boot timings %+v: want 0 < agent start <= ready", info.Boot)
+	}
+	rtt, err := c.Ping(ctx)
+	if err != nil || rtt <= 0 {
+		t.Fatalf("Ping = %v, %v", rtt, err)
+	}
+	h, err := c.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Uptime < info.Boot.Ready || h.Memory.Total == 0 || h.Memory.Available == 0 ||
+		h.Memory.Available > h.Memory.Total || h.Disk.Total == 0 || h.Disk.Path != "/" || h.AgentVersion != info.AgentVersion {
+		t.Errorf("health = %+v", h)
+	}
+}
+
+func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
+	c, a := newTestClient(t, nil)
+	ctx := testContext(t)
+	// A process on a good connection, to check it survives.
+	p, err := c.Start(ctx, Cmd{Args: []string{"cat"}, OpenStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	hello := protocol.AppendFrame(nil, protocol.Header{Type: protocol.TypeHello},
+		protocol.Encode(&protocol.Hello{MinVersion: 1, MaxVersion: 1}))
+	frame := func(stream uint32, typ protocol.Type, body string) []byte {
+		return protocol.AppendFrame(nil, protocol.Header{Stream: stream, Type: typ}, []byte(body))
+	}
+	huge := make([]byte, protocol.HeaderSize)
+	protocol.Header{Stream: 1, Type: protocol.TypePing}.Put(huge)
+	binary.BigEndian.PutUint32(huge, 0xFFFFFFFF)
+	cat := func(parts ...[]byte) []byte {
+		var b []byte
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return b
+	}
+	tests := []struct {
+		name      string
+		input     []byte
+		wantError bool // an Error frame on stream 0 before the close
+	}{
+		{"garbage", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), true},
+		{"truncated header", hello[:5], false},
+		{"truncated body", hello[:len(hello)-3], false},
+		{"huge length before hello", huge, true},
+		{"huge length after hello", cat(hello, huge), true},
+		{"unknown type", cat(hello, frame(1, 200, "{}")), true},
+		{"request on stream 0", cat(hello, frame(0, protocol.TypePing, "")), true},
+		{"malformed request JSON", cat(hello, frame(1, protocol.TypeStat, "{not json")), true},
+		{"wrong JSON type", cat(hello, frame(1, protocol.TypeExec, `{"argv": "sh"}`)), true},
+		{"data for a stream never opened", cat(hello, frame(9, protocol.TypeData, "x")), true},
+		{"reused stream id", cat(hello, frame(1, protocol.TypePing, ""), frame(1, protocol.TypePing, "")), true},
+		{"reply sent by the host", cat(hello, frame(1, protocol.TypePing, ""), frame(1, protocol.TypeReply, "")), true},
+		{"credit with a bad body", cat(hello, frame(1, protocol.TypeExec, `{"argv":["sleep","5"]}`), frame(1, protocol.TypeCredit, "xx")), true},
+		{"stdin over the window", cat(hello, frame(1, protocol.TypeExec, `{"argv":["sleep","5"],"stdin":true}`),
+			protocol.AppendFrame(nil, protocol.Header{Stream: 1, Type: protocol.TypeData}, make([]byte, protocol.DefaultWindow)),
+			protocol.AppendFrame(nil, protocol.Header{Stream: 1, Type: protocol.TypeData}, []byte("1 byte too many"))), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, err := net.Dial("unix", a.Socket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := nc.Write(tt.input); err != nil {
+				t.Fatal(err)
+			}
+			if !tt.wantError {
+				nc.(*net.UnixConn).CloseWrite()
+			}
+			// The agent answers what was valid, then closes.
+			var sawError bool
+			for {
+				f, err := protocol.ReadFrame(nc)
+				if err == io.EOF || errors.Is(err, syscall.ECONNRESET) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("reading until the close: %v", err)
+				}
+				if f.Stream == 0 && f.Type == protocol.TypeError {
+					sawError = true
+				}
+			}
+			if sawError != tt.wantError {
+				t.Errorf("error frame before the close: %v, want %v", sawError, tt.wantError)
+			}
+		})
+	}
+	// The agent still serves, and the process on the good connection lives.
+	if _, err := io.WriteString(p.Stdin(), "still here\n"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len("still here\n"))
+	if _, err := io.ReadFull(p.Stdout(), buf); err != nil || string(buf) != "still here\n" {
+		t.Fatalf("process on the good connection: %q, %v", buf, err)
+	}
+	c2 := NewUnixClient(a.Socket)
+	defer c2.Close()
+	if out, err := c2.Output(ctx, "echo", "ok"); err != nil || string(out) != "ok\n" {
+		t.Fatalf("new connection after bad ones: %q, %v", out, err)
+	}
+}
+
+func TestInvalidRequestFailsOnlyThatRequest(t *testing.T) {
+	c, _ := newTestClient(t, nil)
+	ctx := testContext(t)
+	_, err := c.Start(ctx, Cmd{Args: []string{"true"}, Env: []string{"NOEQUALS"}})
+	if !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("Start with a bad env entry = %v, want EINVAL", err)
+	}
+	if _, err := c.Ping(ctx); err != nil {
+		t.Fatalf("the connection broke: %v", err)
+	}
+}
+
+// fakeAgent serves one hello reply on a unix socket.
+func fakeAgent(t *testing.T, reply protocol.HelloReply) string {
+	sock := filepath.Join(t.TempDir(), "fake.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			protocol.ReadFrame(nc)
+			nc.Write(protocol.AppendFrame(nil, protocol.Header{Type: protocol.TypeHelloReply}, protocol.Encode(&reply)))
+			nc.Close()
+		}
+	}()
+	return sock
+}
+
+func TestVersionMismatchNamesBothVersions(t *testing.T) {
+	sock := fakeAgent(t, protocol.HelloReply{Version: 0, MinVersion: 7, MaxVersion: 9, AgentVersion: "v9.9"})
+	c := NewUnixClient(sock)
+	defer c.Close()
+	_, err := c.Ping(testContext(t))
+	var ve *VersionError
+	if !errors.As(err, &ve) {
+		t.Fatalf("err = %v, want *VersionError", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"7 to 9", "1 to 1", "v9.9"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not name %q", msg, want)
+		}
+	}
+	// An agent choosing a version this client never offered is refused too.
+	sock = fakeAgent(t, protocol.HelloReply{Version: 5, MinVersion: 5, MaxVersion: 5})
+	c2 := NewUnixClient(sock)
+	defer c2.Close()
+	if _, err := c2.Ping(testContext(t)); !errors.As(err, &ve) {
+		t.Fatalf("err = %v, want *VersionError", err)
+	}
+}
+
+func TestAgentNewerVersionNegotiatesDown(t *testing.T) {
+	// A host speaking 1..3 to this agent gets version 1.
+	_, a := newTestClient(t, nil)
+	if _, r := a.Hello(t, 1, 3); r.Version != 1 {
+		t.Fatalf("reply %+v; want version 1", r)
+	}
+	// And a host that only speaks 2..3 gets version 0 and a close.
+	nc, r := a.Hello(t, 2, 3)
+	if r.Version != 0 || r.MinVersion != 1 || r.MaxVersion != 1 {
+		t.Fatalf("reply %+v, want version 0 and the agent's range", r)
+	}
+	if _, err := protocol.ReadFrame(nc); err != io.EOF {
+		t.Fatalf("after a failed negotiation: %v, want EOF", err)
+	}
+}
+
+func TestDialLongSocketPath(t *testing.T) {
+	_, a := newTestClient(t, nil)
+	long := t.TempDir()
+	for len(long) < 200 {
+		long = filepath.Join(long, "a-rather-long-directory-name")
+	}
+	if err := os.MkdirAll(long, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(long, "agent.sock")
+	if err := os.Rename(a.Socket, sock); err != nil {
+		t.Fatal(err)
+	}
+	c := NewUnixClient(sock)
+	defer c.Close()
+	if _, err := c.Ping(testContext(t)); err != nil {
+		t.Fatalf("ping over a %d-byte socket path: %v", len(sock), err)
+	}
+}
+
+func TestConnectErrors(t *testing.T) {
+	c := NewUnixClient(filepath.Join(t.TempDir(), "none.sock"))
+	if _, err := c.Ping(testContext(t)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("ping of a missing socket: %v, want ErrNotExist", err)
+	}
+	c.Close()
+	if _, err := c.Ping(testContext(t)); !errors.Is(err, ErrClientClosed) {
+		t.Fatalf("ping after Close: %v", err)
+	}
+}
+
+func TestReconnectsAfterAgentRestart(t *testing.T) {
+	c, a := newTestClient(t, nil)
+	ctx := testContext(t)
+	if _, err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.Cmd.Process.Signal(syscall.SIGTERM)
+	a.Wait(ctx)
+	if _, err := c.Ping(ctx); err == nil {
+		t.Fatal("ping of a stopped agent succeeded")
+	}
+	a2 := agenttest.Start(t, nil)
+	os.Rename(a2.Socket, a.Socket)
+	if _, err := c.Ping(ctx); err != nil {
+		t.Fatalf("ping after the agent came back: %v", err)
+	}
+}
+
+func TestShutdownTerminatesProcessesAndExits(t *testing.T) {
+	c, a := newTestClient(t, nil)
+	ctx := testContext(t)
+	// One process ignores SIGTERM and must be killed after the grace.
+	p, err := c.Start(ctx, Command("sh", "-c", "trap '' TERM; echo $$; while :; do sleep 1; done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := readPid(t, p.Stdout())
+	start := time.Now()
+	if err := c.Shutdown(ctx, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("Shutdown returned after %v, before the grace period ended", d)
+	}
+	waitGone(t, pid)
+	if code, ok := a.Wait(ctx); !ok || code != 0 {
+		t.Fatalf("agent exit %d (exited %v), want 0", code, ok)
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	c, a := newTestClient(t, &protocol.Config{IdleTimeout: 500 * time.Millisecond})
+	ctx := testContext(t)
+	// A process that outlives the idle timeout keeps the agent up.
+	if _, err := c.Run(ctx, Command("sleep", "1")); err != nil {
+		t.Fatalf("exec longer than the idle timeout: %v", err)
+	}
+	// Pings do not count as activity: the agent shuts down regardless.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				c.Ping(ctx)
+			}
+		}
+	}()
+	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if code, ok := a.Wait(waitCtx); !ok || code != 0 {
+		t.Fatalf("agent exit %d (exited %v), want an idle shutdown with 0", code, ok)
+	}
+}
