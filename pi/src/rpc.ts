@@ -76,6 +76,7 @@ export class ServeClient {
       stdio: ["pipe", "pipe", "pipe"],
     });
     this.exited = new Promise((resolve) => {
+      this.child.once("exit", () => resolve());
       this.child.once("close", (code, signal) => {
         const how = signal ? `was killed by ${signal}` : `exited with code ${code}`;
         this.shutDown(new RpcError(ClientErrorCode.ServerExited, `krunbox serve ${how}${this.lastStderrLine()}`));
@@ -128,7 +129,7 @@ export class ServeClient {
       c.info = info;
       return c;
     } catch (err) {
-      await c.close();
+      await c.close(500);
       throw err;
     } finally {
       clearTimeout(timer);
@@ -227,14 +228,19 @@ export class ServeClient {
     }
   }
 
-  /** Close stdin and wait for the server to exit; kill it when it does not within graceMs. */
+  /**
+   * Close stdin and wait for the server to exit; kill it when it does not within graceMs.
+   * Pipes that a leftover grandchild still holds are let go.
+   */
   async close(graceMs = 3000): Promise<void> {
+    this.child.stdin?.end();
     if (this.child.exitCode === null && this.child.signalCode === null) {
-      this.child.stdin?.end();
       const timer = setTimeout(() => this.child.kill("SIGKILL"), graceMs);
       await this.exited;
       clearTimeout(timer);
     }
+    this.child.stdout?.destroy();
+    this.child.stderr?.destroy();
     this.shutDown(new RpcError(ClientErrorCode.ServerExited, "connection to krunbox serve closed"));
   }
 

@@ -534,6 +534,8 @@ async function handle(line: string): Promise<void> {
   if (id === undefined) return; // a client notification: none are defined
   if (process.env.KRUNBOX_STANDIN_CRASH_ON === msg.method) {
     log(`crashing on ${msg.method} as asked`);
+    // The real agent kills a disconnected client's commands; so does this crash.
+    for (const execId of execs.keys()) killGroup(execId, "SIGKILL");
     process.exit(3);
   }
   const fn = methods[msg.method];
