@@ -28,7 +28,7 @@ import {
 } from "@mariozechner/pi-coding-agent";
 import { type FoundBinary, findKrunbox, PACKAGE_ROOT } from "./binary.ts";
 import { ConfigError, describeConfig, type LoadedConfig, loadConfig } from "./config.ts";
-import { type BashExecOptions, GuestFS, guestBashOperations, guestGlob, LsCache, sniffImage } from "./guest.ts";
+import { type BashExecOptions, FirstRead, GuestFS, guestBashOperations, guestGlob, LsCache } from "./guest.ts";
 import { type GrepParams, guestGrep } from "./grep.ts";
 import { ServeClient } from "./rpc.ts";
 import { NotReadyError, SandboxController, type State } from "./sandbox.ts";
@@ -347,30 +347,30 @@ export class KrunboxExtension {
     switch (tool) {
       case "bash":
         return createBashToolDefinition(cwd, { operations: this.bashOperations(), exposeSessionEnvironment: false } as never);
-      case "read":
+      case "read": {
+        const first = new FirstRead(gfs);
         return createReadToolDefinition(cwd, {
           operations: {
-            readFile: (p: string) => gfs.readFile(p),
-            access: async (p: string) => {
-              await gfs.stat(p);
-            },
-            detectImageMimeType: async (p: string) => sniffImage(await gfs.readHead(p, 16)) ?? null,
+            readFile: (p: string) => first.readFile(p),
+            access: (p: string) => first.access(p),
+            detectImageMimeType: (p: string) => first.detectImageMimeType(p),
           },
         } as never);
+      }
       case "write":
         return createWriteToolDefinition(cwd, {
           operations: { writeFile: (p: string, c: string) => gfs.writeFile(p, c), mkdir: (d: string) => gfs.mkdirAll(d) },
         });
-      case "edit":
+      case "edit": {
+        const first = new FirstRead(gfs);
         return createEditToolDefinition(cwd, {
           operations: {
-            readFile: (p: string) => gfs.readFile(p),
+            readFile: (p: string) => first.readFile(p),
             writeFile: (p: string, c: string) => gfs.writeFile(p, c),
-            access: async (p: string) => {
-              await gfs.stat(p);
-            },
+            access: (p: string) => first.access(p),
           },
         });
+      }
       case "ls": {
         const cache = new LsCache(gfs);
         return createLsToolDefinition(cwd, {

@@ -43,24 +43,23 @@ export class GuestFS {
     }
   }
 
-  /** The whole file, read in chunks of the server's maximum. */
-  async readFile(p: string): Promise<Buffer> {
-    const parts: Buffer[] = [];
-    let offset = 0;
-    for (;;) {
-      const r = await this.call<ReadFileResult>("fs.readFile", "open", p, { offset });
-      const data = Buffer.from(r.data, "base64");
-      parts.push(data);
-      offset += data.length;
-      if (r.eof || data.length === 0) break;
-    }
-    return Buffer.concat(parts);
+  /** Up to length bytes at offset (the server's maximum when length is absent). */
+  async readChunk(p: string, offset: number, length?: number): Promise<{ data: Buffer; eof: boolean }> {
+    const r = await this.call<ReadFileResult>("fs.readFile", "open", p, { offset, ...(length === undefined ? {} : { length }) });
+    return { data: Buffer.from(r.data, "base64"), eof: r.eof };
   }
 
-  /** The first n bytes of a file. */
-  async readHead(p: string, n: number): Promise<Buffer> {
-    const r = await this.call<ReadFileResult>("fs.readFile", "open", p, { offset: 0, length: n });
-    return Buffer.from(r.data, "base64");
+  /** The whole file, read in chunks of the server's maximum; prefix is what was read already. */
+  async readFile(p: string, prefix?: Buffer): Promise<Buffer> {
+    const parts: Buffer[] = prefix ? [prefix] : [];
+    let offset = prefix?.length ?? 0;
+    for (;;) {
+      const { data, eof } = await this.readChunk(p, offset);
+      parts.push(data);
+      offset += data.length;
+      if (eof || data.length === 0) break;
+    }
+    return Buffer.concat(parts);
   }
 
   /** Write a file atomically; createParents makes missing directories. */
@@ -95,6 +94,48 @@ export class GuestFS {
 
 function statLike(type: FileType) {
   return { isDirectory: () => type === "dir", isFile: () => type === "file" };
+}
+
+/** How much of a file the first call of a read or an edit fetches: small files come whole. */
+const HEAD_BYTES = 64 * 1024;
+/** How long a fetched head waits for the readFile of the same tool call. */
+const HEAD_TTL_MS = 2000;
+
+/**
+ * pi's read and edit tools call access(), then (read) detectImageMimeType(), then
+ * readFile() on one path. FirstRead answers the three with one fs.readFile for files up
+ * to HEAD_BYTES: access() fetches the head, and readFile() takes it (once) and reads on
+ * from there for bigger files.
+ */
+export class FirstRead {
+  private readonly heads = new Map<string, { data: Buffer; eof: boolean; at: number }>();
+
+  constructor(private readonly fs: GuestFS) {}
+
+  private async head(p: string) {
+    const h = this.heads.get(p);
+    if (h && Date.now() - h.at < HEAD_TTL_MS) return h;
+    const fresh = { ...(await this.fs.readChunk(p, 0, HEAD_BYTES)), at: Date.now() };
+    this.heads.set(p, fresh);
+    return fresh;
+  }
+
+  /** Throws as fs.readFile would (ENOENT, EISDIR, EACCES) and keeps the head. */
+  async access(p: string): Promise<void> {
+    this.heads.delete(p);
+    await this.head(p);
+  }
+
+  async detectImageMimeType(p: string): Promise<string | null> {
+    return sniffImage((await this.head(p)).data.subarray(0, 16)) ?? null;
+  }
+
+  async readFile(p: string): Promise<Buffer> {
+    const h = this.heads.get(p);
+    this.heads.delete(p);
+    if (!h || Date.now() - h.at >= HEAD_TTL_MS) return this.fs.readFile(p);
+    return h.eof ? h.data : this.fs.readFile(p, h.data);
+  }
 }
 
 /**

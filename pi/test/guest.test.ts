@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { fsError, GuestFS, globMatcher, guestGlob, LsCache, signalExitCode, sniffImage } from "../src/guest.ts";
+import { FirstRead, fsError, GuestFS, globMatcher, guestGlob, LsCache, signalExitCode, sniffImage } from "../src/guest.ts";
 import { formatGrep, guestGrep, MatchCollector, parseGrepLine, parseRgJson, rgArgv } from "../src/grep.ts";
 import { ErrorCode, RpcError, type SandboxStatus } from "../src/protocol.ts";
 import type { ServeClient } from "../src/rpc.ts";
@@ -150,6 +150,33 @@ describe("guest operations through serve", () => {
     assert.equal(calls, 1, "no round trip for listed files and directories");
     assert.equal((await ls.stat(path.join(dir, "l"))).isDirectory(), true, "a symlink is followed");
     assert.equal(calls, 2);
+  });
+
+  test("FirstRead: one round trip for a small file's access, type and content", async () => {
+    let calls = 0;
+    const counting = { ...readyWith({}), client: { request: (m: string, p: object) => (calls++, c.request(m, p)) } as unknown as ServeClient };
+    const first = new FirstRead(new GuestFS(() => counting));
+    const small = path.join(ws, "small.txt");
+    writeFileSync(small, "tiny\n");
+    await first.access(small);
+    assert.equal(await first.detectImageMimeType(small), null);
+    assert.equal((await first.readFile(small)).toString(), "tiny\n");
+    assert.equal(calls, 1);
+    const big = path.join(ws, "big.txt");
+    const content = Buffer.from("0123456789abcdef".repeat(10_000));
+    writeFileSync(big, content);
+    calls = 0;
+    await first.access(big);
+    assert.ok((await first.readFile(big)).equals(content), "a big file is read on from the head");
+    assert.equal(calls, 2);
+    const png = path.join(ws, "dot.png");
+    writeFileSync(png, Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 1, 2, 3]));
+    await first.access(png);
+    assert.equal(await first.detectImageMimeType(png), "image/png");
+    await assert.rejects(first.access(path.join(ws, "missing")), { code: "ENOENT" });
+    await assert.rejects(first.access(ws), { code: "EISDIR" });
+    writeFileSync(small, "changed\n");
+    assert.equal((await first.readFile(small)).toString(), "changed\n", "without a fresh access, readFile reads the file");
   });
 
   const toolsets: [string, GuestTools | undefined][] = [
