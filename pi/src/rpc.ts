@@ -244,10 +244,11 @@ export class ServeClient {
     this.shutDown(new RpcError(ClientErrorCode.ServerExited, "connection to krunbox serve closed"));
   }
 
+  /** The end of the server's log: its last line, or the last two when that is a hint. */
   private lastStderrLine(): string {
-    const lines = this.stderrText.trim().split("\n");
-    const last = lines[lines.length - 1]?.trim();
-    return last ? `: ${last}` : "";
+    const lines = this.stderrText.trim().split("\n").map((l) => l.trim()).filter(Boolean);
+    const tail = lines.slice(lines[lines.length - 1]?.startsWith("hint:") ? -2 : -1);
+    return tail.length ? `: ${tail.join("; ")}` : "";
   }
 
   private shutDown(err: RpcError): void {

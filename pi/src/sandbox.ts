@@ -3,7 +3,7 @@
 // sandbox that cannot start becomes the "failed" state, which blocks every routed tool.
 
 import type { KrunboxConfig } from "./config.ts";
-import { ErrorCode, RpcError, type SandboxConfig, type SandboxStatus } from "./protocol.ts";
+import { ClientErrorCode, ErrorCode, RpcError, type SandboxConfig, type SandboxStatus } from "./protocol.ts";
 import type { ServeClient } from "./rpc.ts";
 
 /** Where the extension stands. */
@@ -48,8 +48,8 @@ export function describeError(err: unknown): { reason: string; hint?: string } {
     if (err.code === ErrorCode.ConfigMismatch) {
       hint = `the sandbox was created with another ${(err.data?.keys ?? []).join(", ")}; /krunbox restart recreates it with the current configuration (its own files outside the workspace are lost)`;
     }
-    if (err.code === ErrorCode.MethodNotFound) {
-      hint = "this krunbox does not implement the method; install a krunbox that matches pi-krunbox";
+    if (err.code === ErrorCode.MethodNotFound || (err.code === ClientErrorCode.ServerExited && /unknown command "serve"/.test(err.message))) {
+      hint = "this krunbox is older than pi-krunbox expects; install a matching krunbox, or point KRUNBOX_BIN at one";
     }
     return { reason: err.message, hint };
   }

@@ -32,9 +32,9 @@ describe("ServeClient", () => {
   });
 
   test("a server that exits at once reports its exit code and last stderr line", async () => {
-    const err = await rejection(ServeClient.connect(sh(`echo 'krunbox: unknown command "serve" for "krunbox"' >&2; exit 125`), client));
+    const err = await rejection(ServeClient.connect(sh(`echo 'starting' >&2; echo 'krunbox: unknown command "serve" for "krunbox"' >&2; echo "hint: see 'krunbox --help'" >&2; exit 125`), client));
     assert.equal(err.code, ClientErrorCode.ServerExited);
-    assert.match(err.message, /exited with code 125: krunbox: unknown command "serve"/);
+    assert.equal(err.message, `krunbox serve exited with code 125: krunbox: unknown command "serve" for "krunbox"; hint: see 'krunbox --help'`);
   });
 
   test("a server speaking another protocol version is refused", async () => {
