@@ -57,7 +57,6 @@ const VERSION: string = (() => {
 
 type Where = "sandbox" | "host";
 // pi's ToolDefinition is generic over each tool's schema; the wrappers pass them through.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyDefinition = any;
 type Say = (text: string, level?: "info" | "warning" | "error") => void;
 
