@@ -124,6 +124,8 @@ export interface LoadedConfig {
   projectFile: string;
   /** Whether the project file was applied as trusted. */
   projectTrusted: boolean;
+  /** Why, in words. */
+  trustNote: string;
 }
 
 function expandHome(p: string): string {
@@ -342,8 +344,10 @@ export interface LoadOptions {
   env: NodeJS.ProcessEnv;
   /** Flag values: "krunbox-image", "krunbox-network", "krunbox-off". */
   flags?: Record<string, string | boolean | undefined>;
-  /** What pi says (ctx.isProjectTrusted() on pi 1.x; undefined on 0.73). */
+  /** Whether pi trusts the project (1.x, see trust.ts); undefined on 0.73. */
   piTrustsProject?: boolean;
+  /** How pi's trust was judged, for /krunbox config. */
+  trustNote?: string;
 }
 
 /** Load the layered configuration. Throws ConfigError on an unusable value. */
@@ -398,7 +402,8 @@ export function loadConfig(opts: LoadOptions): LoadedConfig {
   }
   apply(flags, (k) => `flag ${flagNames[k]}`);
 
-  return { config, sources, warnings, userFile, projectFile, projectTrusted };
+  const trustNote = trustedByUser ? "listed in trusted_projects" : (opts.trustNote ?? (opts.piTrustsProject ? "pi: trusted" : "not trusted"));
+  return { config, sources, warnings, userFile, projectFile, projectTrusted, trustNote };
 }
 
 /** Render the effective configuration with the source of each value, for /krunbox config. */
@@ -408,7 +413,7 @@ export function describeConfig(loaded: LoadedConfig): string {
     return `${key} = ${JSON.stringify(loaded.config[key])}  (${loaded.sources[key]})`;
   });
   lines.push(`user file: ${loaded.userFile}`);
-  lines.push(`project file: ${loaded.projectFile} (${loaded.projectTrusted ? "trusted" : "untrusted: may only narrow"})`);
+  lines.push(`project file: ${loaded.projectFile} (${loaded.projectTrusted ? "trusted" : "untrusted: may only narrow"}; ${loaded.trustNote})`);
   for (const w of loaded.warnings) lines.push(`warning: ${w}`);
   return lines.join("\n");
 }

@@ -32,6 +32,7 @@ import { type BashExecOptions, FirstRead, GuestFS, guestBashOperations, guestGlo
 import { type GrepParams, guestGrep } from "./grep.ts";
 import { ServeClient } from "./rpc.ts";
 import { NotReadyError, SandboxController, type State } from "./sandbox.ts";
+import { piTrustIsDecision } from "./trust.ts";
 import { findWorkspace, sandboxName } from "./workspace.ts";
 
 /** The tools the extension runs in the sandbox. */
@@ -63,12 +64,15 @@ type Say = (text: string, level?: "info" | "warning" | "error") => void;
 /** Options for tests: where to find krunbox, which environment to read. */
 export interface ExtensionOptions {
   env?: NodeJS.ProcessEnv;
+  /** pi's command line (for --approve). */
+  argv?: string[];
   findBinary?: (env: NodeJS.ProcessEnv) => FoundBinary;
 }
 
 /** The extension's state for one pi session (a new instance comes with /new, /reload...). */
 export class KrunboxExtension {
   private readonly env: NodeJS.ProcessEnv;
+  private readonly argv: string[];
   private readonly findBinary: (env: NodeJS.ProcessEnv) => FoundBinary;
   private ctrl: SandboxController | undefined;
   private loaded: LoadedConfig | undefined;
@@ -90,6 +94,7 @@ export class KrunboxExtension {
     opts: ExtensionOptions = {},
   ) {
     this.env = opts.env ?? process.env;
+    this.argv = opts.argv ?? process.argv;
     this.findBinary = opts.findBinary ?? findKrunbox;
   }
 
@@ -144,16 +149,23 @@ export class KrunboxExtension {
   private loadSettings(ctx: ExtensionContext): boolean {
     const trustFn = (ctx as { isProjectTrusted?: () => boolean }).isProjectTrusted;
     let piTrustsProject: boolean | undefined;
+    let trustNote = "pi 0.73 has no project trust";
     try {
-      piTrustsProject = typeof trustFn === "function" ? trustFn.call(ctx) : undefined;
+      if (typeof trustFn === "function") {
+        const piSays = trustFn.call(ctx) === true;
+        piTrustsProject = piSays && piTrustIsDecision(ctx.cwd, this.env, this.argv);
+        trustNote = !piSays ? "pi: not trusted" : piTrustsProject ? "pi: trusted" : "pi: trusted by default only (no .pi resources of its own, no --approve, nothing saved): not counted";
+      }
     } catch {
       piTrustsProject = undefined;
+      trustNote = "pi: isProjectTrusted() failed";
     }
     try {
       this.loaded = loadConfig({
         workspace: this.workspace,
         env: this.env,
         piTrustsProject,
+        trustNote,
         flags: {
           "krunbox-image": this.pi.getFlag("krunbox-image") as string | undefined,
           "krunbox-network": this.pi.getFlag("krunbox-network") as string | undefined,

@@ -32,7 +32,9 @@ interface Setup {
 }
 
 /** A workspace, a KRUNBOX_HOME with a user config, and the extension registered on a FakePi. */
-async function setup(opts: { user?: string; project?: string; env?: NodeJS.ProcessEnv; trust?: boolean; bin?: string; start?: boolean } = {}): Promise<Setup> {
+async function setup(
+  opts: { user?: string; project?: string; env?: NodeJS.ProcessEnv; trust?: boolean; argv?: string[]; piSettings?: boolean; bin?: string; start?: boolean } = {},
+): Promise<Setup> {
   const root = realpathSync(mkdtempSync(path.join(tmpdir(), "krunbox-ext-")));
   roots.push(root);
   const ws = path.join(root, "ws");
@@ -44,11 +46,16 @@ async function setup(opts: { user?: string; project?: string; env?: NodeJS.Proce
     mkdirSync(path.join(ws, ".pi"), { recursive: true });
     writeFileSync(path.join(ws, ".pi", "krunbox.toml"), opts.project);
   }
+  if (opts.piSettings) writeFileSync(path.join(ws, ".pi", "settings.json"), "{}");
   const fromEnv = process.env.KRUNBOX_SERVE_ENV ? (JSON.parse(process.env.KRUNBOX_SERVE_ENV) as NodeJS.ProcessEnv) : {};
   const env = { PATH: process.env.PATH, HOME: process.env.HOME, KRUNBOX_HOME: home, KRUNBOX_BIN: opts.bin ?? SERVE_BIN, HOST_SECRET: "do-not-leak", ...fromEnv, ...opts.env };
   const pi = new FakePi(ws, opts.trust);
   sessions.push(pi);
-  const ext = new KrunboxExtension(pi.api(), { env, findBinary: (e) => ({ path: e.KRUNBOX_BIN as string, source: "KRUNBOX_BIN" }) });
+  const ext = new KrunboxExtension(pi.api(), {
+    env,
+    argv: opts.argv ?? ["node", "pi"],
+    findBinary: (e) => ({ path: e.KRUNBOX_BIN as string, source: "KRUNBOX_BIN" }),
+  });
   ext.register();
   if (opts.start !== false) await pi.emit("session_start", { reason: "startup" });
   return { pi, ext, ws, home, env };
@@ -273,17 +280,23 @@ describe("host execution only when asked, always labelled", () => {
     await shutdown(s);
   });
 
-  test("an untrusted project cannot turn on the host fallback; a trusted one can", async () => {
+  test("an untrusted project cannot turn on the host fallback; one pi decided to trust can", async () => {
     const project = `fallback = "host"\n`;
     const env = { KRUNBOX_LIBKRUN: "/nonexistent/libkrun.so.1" };
-    const untrusted = await setup({ project, env, trust: false });
-    await eventually(() => /blocked/.test(untrusted.pi.status()), "blocked");
-    assert.ok(untrusted.pi.notes.some((n) => /fallback = "host" would run tools on the host: refused/.test(n.message)));
-    assert.ok((await untrusted.pi.call("bash", { command: "true" })).blocked);
-    await shutdown(untrusted);
-    const trusted = await setup({ project, env, trust: true });
-    await eventually(() => /HOST/.test(trusted.pi.status()), "host fallback when trusted");
-    await shutdown(trusted);
+    const cases: [string, Parameters<typeof setup>[0], RegExp][] = [
+      ["pi says no", { trust: false }, /blocked/],
+      ["pi 0.73 (no trust at all)", {}, /blocked/],
+      ["pi trusts by default only", { trust: true }, /blocked/],
+      ["pi trusts after deciding on its own .pi resources", { trust: true, piSettings: true }, /HOST/],
+      ["pi trusts with --approve", { trust: true, argv: ["node", "pi", "--approve"] }, /HOST/],
+    ];
+    for (const [label, opts, want] of cases) {
+      const s = await setup({ project, env, ...opts });
+      await eventually(() => want.test(s.pi.status()), `${label}: ${want}, status ${s.pi.status()}`);
+      const refused = s.pi.notes.some((n) => /fallback = "host" would run tools on the host: refused/.test(n.message));
+      assert.equal(refused, /blocked/.test(want.source), label);
+      await shutdown(s);
+    }
   });
 
   test("--krunbox-off starts on the host", async () => {

@@ -176,6 +176,28 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
         }
       });
 
+      test("the project file may not widen unless pi trusts the project", async () => {
+        const project = `fallback = "host"\n`;
+        const broken = { KRUNBOX_LIBKRUN: "/nonexistent/libkrun.so.1" };
+        const runs: [string, string[], RegExp][] = [["untrusted", [], /krunbox: blocked \(/]];
+        if (isOne) runs.push(["--approve", ["--approve"], /krunbox: HOST \(fallback = "host" \(project /]);
+        for (const [label, extra, want] of runs) {
+          const { env, done } = await setup([], { projectConfig: project, env: broken });
+          try {
+            const rpc = new RpcPi(pi, env, [...piArgs(), ...extra]);
+            try {
+              await rpc.waitFor((r) => r.method === "setStatus" && want.test(plain(String(r.statusText))), `${label}: ${want}`);
+              const refused = rpc.notifications().some((n) => /fallback = "host" would run tools on the host: refused because the project is not trusted/.test(n));
+              assert.equal(refused, label === "untrusted", label);
+            } finally {
+              await rpc.close();
+            }
+          } finally {
+            await done();
+          }
+        }
+      });
+
       test("tools of other extensions are blocked while sandboxed", async () => {
         const { llm, env, done } = await setup([]);
         try {
