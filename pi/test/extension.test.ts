@@ -10,16 +10,20 @@ import { KrunboxExtension } from "../src/extension.ts";
 import { ServeClient } from "../src/rpc.ts";
 import { sandboxName } from "../src/workspace.ts";
 import { FakePi, registerHostTool } from "./fake-pi.ts";
-import { eventually, IMAGE, IS_STANDIN, SERVE_BIN } from "./serve-driver.ts";
+import { eventually, IMAGE, IS_STANDIN, removeSandbox, SERVE_BIN } from "./serve-driver.ts";
 
 // pi hands the host environment (this process's) to bash operations: it must not reach the guest.
 process.env.HOST_SECRET = "do-not-leak";
 
 const roots: string[] = [];
-const sessions: FakePi[] = [];
-// Sessions a failed test left open would keep their krunbox serve (and this process) alive.
+const sessions: Setup[] = [];
+// Sessions a failed test left open would keep their krunbox serve (and this process) alive;
+// a real krunbox keeps the sandboxes running after them.
 after(async () => {
-  for (const pi of sessions) await pi.emit("session_shutdown", { reason: "quit" });
+  for (const s of sessions) {
+    await s.pi.emit("session_shutdown", { reason: "quit" });
+    if (!IS_STANDIN) await removeSandbox({ bin: s.env.KRUNBOX_BIN as string, env: s.env }, sandboxName(s.ws));
+  }
   for (const r of roots) rmSync(r, { recursive: true, force: true });
 });
 
@@ -50,15 +54,16 @@ async function setup(
   const fromEnv = process.env.KRUNBOX_SERVE_ENV ? (JSON.parse(process.env.KRUNBOX_SERVE_ENV) as NodeJS.ProcessEnv) : {};
   const env = { PATH: process.env.PATH, HOME: process.env.HOME, KRUNBOX_HOME: home, KRUNBOX_BIN: opts.bin ?? SERVE_BIN, HOST_SECRET: "do-not-leak", ...fromEnv, ...opts.env };
   const pi = new FakePi(ws, opts.trust);
-  sessions.push(pi);
   const ext = new KrunboxExtension(pi.api(), {
     env,
     argv: opts.argv ?? ["node", "pi"],
     findBinary: (e) => ({ path: e.KRUNBOX_BIN as string, source: "KRUNBOX_BIN" }),
   });
   ext.register();
+  const s = { pi, ext, ws, home, env };
+  sessions.push(s);
   if (opts.start !== false) await pi.emit("session_start", { reason: "startup" });
-  return { pi, ext, ws, home, env };
+  return s;
 }
 
 async function ready(s: Setup): Promise<void> {

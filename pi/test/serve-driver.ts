@@ -127,3 +127,20 @@ export async function eventually(cond: () => Promise<boolean> | boolean, what: s
     await new Promise((r) => setTimeout(r, delay));
   }
 }
+
+/**
+ * Stop and remove a sandbox through a fresh connection, ignoring failures. Real servers
+ * keep sandboxes (VMs) running after a session ends, so tests using one clean up this way.
+ */
+export async function removeSandbox(cmd: ServeCommand, name: string): Promise<void> {
+  try {
+    const c = await ServeClient.connect(cmd, { name: "test-cleanup", version: "0" });
+    try {
+      await c.request("sandbox.stop", { name, remove: true });
+    } finally {
+      await c.close();
+    }
+  } catch {
+    // nothing to clean, or nothing we can do
+  }
+}
