@@ -41,12 +41,17 @@ describe("the npm package", { skip }, () => {
   });
 
   for (const pi of piVersions().versions) {
-    test(`${pi.label} loads it and says which krunbox it uses`, async () => {
+    test(`${pi.label}: pi install, then it loads and says which krunbox it uses`, async () => {
+      // The package's dependencies come from this checkout's node_modules: nothing is fetched.
       if (!existsSync(path.join(unpacked, "node_modules"))) symlinkSync(path.join(PKG, "node_modules"), path.join(unpacked, "node_modules"));
       const { env, done } = await setup([]);
       try {
         delete env.env.KRUNBOX_BIN;
-        const args = piArgs().map((a) => (a === PKG ? unpacked : a));
+        execFileSync(pi.node, [pi.cli, "install", unpacked], { env: env.env, cwd: env.workspace, stdio: "pipe" });
+        const settings = JSON.parse(readFileSync(path.join(env.agentDir, "settings.json"), "utf8"));
+        assert.equal(settings.packages?.length, 1, JSON.stringify(settings));
+        // Loaded from the installed package: no -e, and discovery left on.
+        const args = piArgs().filter((a, i, all) => a !== "--no-extensions" && a !== PKG && !(a === "-e" && all[i + 1] === PKG));
         const rpc = new RpcPi(pi, env, args);
         try {
           await rpc.waitFor((r) => r.method === "setStatus" && /ready|blocked/.test(plain(String(r.statusText))), "the sandbox to be ready or blocked");
