@@ -131,6 +131,12 @@ export class KrunboxExtension {
       this.workspace = findWorkspace(ctx.cwd);
       this.setupError = undefined;
       this.hostReason = undefined;
+      const refused = refusedWorkspace(this.workspace, this.env);
+      if (refused) {
+        this.setupError = refused;
+        this.refresh();
+        return;
+      }
       if (!this.loadSettings(ctx)) return;
       const loaded = this.loaded as LoadedConfig;
       if (!loaded.config.enabled) {
@@ -507,9 +513,10 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
 
   private async turnOn(ctx: ExtensionContext): Promise<void> {
     this.hostReason = undefined;
-    this.setupError = undefined;
     this.workspace ||= findWorkspace(ctx.cwd);
-    if (!this.loadSettings(ctx)) {
+    this.setupError = refusedWorkspace(this.workspace, this.env);
+    if (this.setupError || !this.loadSettings(ctx)) {
+      this.refresh();
       return this.say(`krunbox: cannot turn on: ${this.setupError}`, "error");
     }
     this.startSandbox();
@@ -518,9 +525,12 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
   }
 
   private async restart(ctx: ExtensionContext): Promise<void> {
-    this.setupError = undefined;
     this.workspace ||= findWorkspace(ctx.cwd);
-    if (!this.loadSettings(ctx)) return this.say(`krunbox: cannot restart: ${this.setupError}`, "error");
+    this.setupError = refusedWorkspace(this.workspace, this.env);
+    if (this.setupError || !this.loadSettings(ctx)) {
+      this.refresh();
+      return this.say(`krunbox: cannot restart: ${this.setupError}`, "error");
+    }
     if (!this.ctrl) this.startSandbox();
     const ctrl = this.sandbox();
     ctrl.setConfig((this.loaded as LoadedConfig).config);
@@ -587,6 +597,19 @@ function hostDefinition(tool: RoutedTool, cwd: string): AnyDefinition {
     case "grep":
       return createGrepToolDefinition(cwd);
   }
+}
+
+/**
+ * Why a workspace must not be mounted, or undefined. Mounting / or the home directory
+ * would hand the VM everything the sandbox is there to protect.
+ */
+export function refusedWorkspace(workspace: string, env: NodeJS.ProcessEnv): string | undefined {
+  const ws = path.resolve(workspace);
+  const home = path.resolve(env.HOME || os.homedir());
+  if (ws === path.parse(ws).root || ws === home) {
+    return `refusing to mount ${ws} (${ws === home ? "your home directory" : "the root directory"}) into the sandbox: start pi in a project directory, or /krunbox off`;
+  }
+  return undefined;
 }
 
 /** Resolve a tool's path argument as pi does (a leading @ dropped, ~ the host home). */

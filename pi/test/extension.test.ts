@@ -6,7 +6,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync,
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { after, describe, test } from "node:test";
-import { KrunboxExtension } from "../src/extension.ts";
+import { KrunboxExtension, refusedWorkspace } from "../src/extension.ts";
 import { ServeClient } from "../src/rpc.ts";
 import { sandboxName } from "../src/workspace.ts";
 import { FakePi, registerHostTool } from "./fake-pi.ts";
@@ -117,6 +117,20 @@ describe("a sandbox that cannot be used blocks everything", () => {
     await pi.emit("session_start", { reason: "startup" });
     assert.match(pi.status(), /blocked \(krunbox not found/);
     assert.match((await pi.call("bash", { command: "true" })).blocked ?? "", /krunbox not found/);
+  });
+
+  test("a workspace that is the home directory is refused, not mounted", async () => {
+    const s = await setup({ start: false });
+    const pi = new FakePi(s.home);
+    new KrunboxExtension(pi.api(), { env: { ...s.env, HOME: s.home }, findBinary: (e) => ({ path: e.KRUNBOX_BIN as string, source: "KRUNBOX_BIN" }) }).register();
+    await pi.emit("session_start", { reason: "startup" });
+    assert.match(pi.status(), /blocked \(refusing to mount .* \(your home directory\)/);
+    assert.match((await pi.call("bash", { command: "true" })).blocked ?? "", /refusing to mount/);
+    await pi.command("krunbox", "on");
+    await pi.command("krunbox", "restart");
+    assert.match((await pi.call("bash", { command: "true" })).blocked ?? "", /refusing to mount/, "/krunbox on and restart refuse too");
+    assert.equal(refusedWorkspace("/", {}), "refusing to mount / (the root directory) into the sandbox: start pi in a project directory, or /krunbox off");
+    assert.equal(refusedWorkspace(s.ws, { HOME: s.home }), undefined);
   });
 
   test("a sandbox that fails to start: blocked with the reason and the hint", async () => {
