@@ -353,7 +353,7 @@ export class KrunboxExtension {
     const key = `${where}\u0000${tool}\u0000${cwd}`;
     let def = this.definitions.get(key);
     if (!def) {
-      def = where === "host" ? hostDefinition(tool, cwd) : this.sandboxDefinition(tool, cwd);
+      def = where === "host" ? HOST_DEFINITIONS[tool](cwd) : this.sandboxDefinition(tool, cwd);
       this.definitions.set(key, def);
     }
     return def;
@@ -580,24 +580,16 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
   }
 }
 
-function hostDefinition(tool: RoutedTool, cwd: string): AnyDefinition {
-  switch (tool) {
-    case "bash":
-      return createBashToolDefinition(cwd);
-    case "read":
-      return createReadToolDefinition(cwd);
-    case "write":
-      return createWriteToolDefinition(cwd);
-    case "edit":
-      return createEditToolDefinition(cwd);
-    case "ls":
-      return createLsToolDefinition(cwd);
-    case "find":
-      return createFindToolDefinition(cwd);
-    case "grep":
-      return createGrepToolDefinition(cwd);
-  }
-}
+/** pi's own definitions of the routed tools, running on the host. */
+const HOST_DEFINITIONS: Record<RoutedTool, (cwd: string) => AnyDefinition> = {
+  bash: createBashToolDefinition,
+  read: createReadToolDefinition,
+  write: createWriteToolDefinition,
+  edit: createEditToolDefinition,
+  ls: createLsToolDefinition,
+  find: createFindToolDefinition,
+  grep: createGrepToolDefinition,
+};
 
 /**
  * Why a workspace must not be mounted, or undefined. Mounting / or the home directory

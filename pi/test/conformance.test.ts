@@ -8,19 +8,9 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { ErrorCode, type ExecExitParams, RpcError, type SandboxStatus } from "../src/protocol.ts";
+import { ErrorCode, type ExecExitParams, type SandboxStatus } from "../src/protocol.ts";
 import type { ServeClient } from "../src/rpc.ts";
-import { eventually, IMAGE, IS_STANDIN, RawServer, SERVE_BIN, ServeEnv } from "./serve-driver.ts";
-
-async function rpcError(p: Promise<unknown>): Promise<RpcError> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof RpcError) return err;
-    throw err;
-  }
-  assert.fail("expected an RpcError");
-}
+import { eventually, IMAGE, IS_STANDIN, RawServer, rpcRejection, SERVE_BIN, ServeEnv, withServer } from "./serve-driver.ts";
 
 async function run(c: ServeClient, sandbox: string, script: string, extra: object = {}) {
   let stdout = "";
@@ -69,7 +59,7 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
   test("sandbox.ensure reports non-reach changes and refuses reach changes", async () => {
     const changed = await c.request<SandboxStatus>("sandbox.ensure", env.ensureParams(name, { cpus: 1, env: { SANDBOX_VAR: "sb", OVERRIDE: "sandbox" } }));
     assert.deepEqual(changed.configChanged, ["cpus"]);
-    const err = await rpcError(c.request("sandbox.ensure", env.ensureParams(name, { network: "none", env: { SANDBOX_VAR: "sb", OVERRIDE: "sandbox" } })));
+    const err = await rpcRejection(c.request("sandbox.ensure", env.ensureParams(name, { network: "none", env: { SANDBOX_VAR: "sb", OVERRIDE: "sandbox" } })));
     assert.equal(err.code, ErrorCode.ConfigMismatch);
     assert.deepEqual(err.data?.keys, ["network"]);
     const st = await c.request<SandboxStatus>("sandbox.status", { name });
@@ -77,16 +67,16 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
   });
 
   test("sandbox.ensure validates", async () => {
-    assert.equal((await rpcError(c.request("sandbox.ensure", { name: "Bad_Name", workspace: env.workspace, config: { image: IMAGE } }))).code, ErrorCode.InvalidParams);
-    assert.equal((await rpcError(c.request("sandbox.ensure", { name: "t-rel", workspace: "relative/ws", config: { image: IMAGE } }))).code, ErrorCode.InvalidParams);
-    assert.equal((await rpcError(c.request("sandbox.ensure", env.ensureParams("t-net", { network: "open" })))).code, ErrorCode.InvalidConfig);
-    assert.equal((await rpcError(c.request("sandbox.ensure", env.ensureParams("t-cpu", { cpus: 0 })))).code, ErrorCode.InvalidConfig);
+    assert.equal((await rpcRejection(c.request("sandbox.ensure", { name: "Bad_Name", workspace: env.workspace, config: { image: IMAGE } }))).code, ErrorCode.InvalidParams);
+    assert.equal((await rpcRejection(c.request("sandbox.ensure", { name: "t-rel", workspace: "relative/ws", config: { image: IMAGE } }))).code, ErrorCode.InvalidParams);
+    assert.equal((await rpcRejection(c.request("sandbox.ensure", env.ensureParams("t-net", { network: "open" })))).code, ErrorCode.InvalidConfig);
+    assert.equal((await rpcRejection(c.request("sandbox.ensure", env.ensureParams("t-cpu", { cpus: 0 })))).code, ErrorCode.InvalidConfig);
     assert.equal(
-      (await rpcError(c.request("sandbox.ensure", env.ensureParams("t-mnt", { mounts: [{ host: env.home, guest: "/proc" }] })))).code,
+      (await rpcRejection(c.request("sandbox.ensure", env.ensureParams("t-mnt", { mounts: [{ host: env.home, guest: "/proc" }] })))).code,
       ErrorCode.InvalidConfig,
     );
     assert.equal(
-      (await rpcError(c.request("sandbox.ensure", { name: "t-nows", workspace: path.join(env.root, "missing"), config: { image: IMAGE } }))).code,
+      (await rpcRejection(c.request("sandbox.ensure", { name: "t-nows", workspace: path.join(env.root, "missing"), config: { image: IMAGE } }))).code,
       ErrorCode.InvalidConfig,
     );
   });
@@ -133,10 +123,10 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
   });
 
   test("exec that cannot start is exec-failed, distinct from exit 127", async () => {
-    const err = await rpcError(c.exec({ sandbox: name, argv: ["krunbox-no-such-command"] }));
+    const err = await rpcRejection(c.exec({ sandbox: name, argv: ["krunbox-no-such-command"] }));
     assert.equal(err.code, ErrorCode.ExecFailed);
     assert.equal(err.data?.reason, "not-found");
-    const cwd = await rpcError(c.exec({ sandbox: name, argv: ["/bin/sh", "-c", "true"], cwd: "/krunbox/no/such/dir" }));
+    const cwd = await rpcRejection(c.exec({ sandbox: name, argv: ["/bin/sh", "-c", "true"], cwd: "/krunbox/no/such/dir" }));
     assert.equal(cwd.code, ErrorCode.ExecFailed);
     assert.equal(cwd.data?.reason, "cwd");
     const ran = await run(c, name, "krunbox-no-such-command");
@@ -170,7 +160,7 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
   test("exec.signal on an exited or unknown exec is not delivered", async () => {
     const r = await c.request<{ delivered: boolean }>("exec.signal", { execId: "never-started", signal: "SIGTERM" });
     assert.equal(r.delivered, false);
-    const bad = await rpcError(c.request("exec.signal", { execId: "x", signal: "SIGBOGUS" }));
+    const bad = await rpcRejection(c.request("exec.signal", { execId: "x", signal: "SIGBOGUS" }));
     assert.equal(bad.code, ErrorCode.InvalidParams);
   });
 
@@ -191,7 +181,7 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
 
   test("fs.writeFile then fs.readFile, with mkdirs, offsets and sizes", async () => {
     const p = path.join(env.workspace, "d1", "d2", "f.txt");
-    const missing = await rpcError(c.request("fs.writeFile", { sandbox: name, path: p, data: Buffer.from("x").toString("base64") }));
+    const missing = await rpcRejection(c.request("fs.writeFile", { sandbox: name, path: p, data: Buffer.from("x").toString("base64") }));
     assert.equal(missing.code, ErrorCode.NotFound);
     await c.request("fs.writeFile", { sandbox: name, path: p, data: Buffer.from("hello world").toString("base64"), mkdirs: true });
     assert.equal(readFileSync(p, "utf8"), "hello world", "a workspace write is on the host at the same path");
@@ -232,7 +222,7 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
       ["fs.writeFile", { path: ws, data: "" }, ErrorCode.IsDir],
     ];
     for (const [method, params, code] of cases) {
-      const err = await rpcError(c.request(method, { sandbox: name, ...params }));
+      const err = await rpcRejection(c.request(method, { sandbox: name, ...params }));
       assert.equal(err.code, code, `${method} ${JSON.stringify(params)}: ${err.message}`);
     }
   });
@@ -258,14 +248,14 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
 
   test("fs.readFile over the read limit is too-large", async () => {
     const max = c.info?.limits.maxReadBytes ?? 0;
-    const err = await rpcError(c.request("fs.readFile", { sandbox: name, path: path.join(env.workspace, "plain"), length: max + 1 }));
+    const err = await rpcRejection(c.request("fs.readFile", { sandbox: name, path: path.join(env.workspace, "plain"), length: max + 1 }));
     assert.equal(err.code, ErrorCode.TooLarge);
   });
 
   test("calls on a sandbox that is not running are not-ready", async () => {
-    const err = await rpcError(c.request("fs.stat", { sandbox: "t-absent-sandbox", path: "/" }));
+    const err = await rpcRejection(c.request("fs.stat", { sandbox: "t-absent-sandbox", path: "/" }));
     assert.equal(err.code, ErrorCode.NotReady);
-    const ex = await rpcError(c.exec({ sandbox: "t-absent-sandbox", argv: ["true"] }));
+    const ex = await rpcRejection(c.exec({ sandbox: "t-absent-sandbox", argv: ["true"] }));
     assert.equal(ex.code, ErrorCode.NotReady);
   });
 
@@ -279,31 +269,25 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
 });
 
 describe("serve protocol lifecycle", () => {
-  test("stop, ensure again, restart with recreate", async () => {
-    const env = new ServeEnv();
-    const c = await env.connect();
-    try {
+  test("stop, ensure again, restart with recreate", () =>
+    withServer({}, async (c, env) => {
       const name = env.name("life");
       await c.request("sandbox.ensure", env.ensureParams(name));
       await c.request("fs.writeFile", { sandbox: name, path: "/root/keep", data: Buffer.from("k").toString("base64") });
       const stopped = await c.request<SandboxStatus>("sandbox.stop", { name });
       assert.equal(stopped.state, "stopped");
-      assert.equal((await rpcError(c.request("fs.stat", { sandbox: name, path: "/root/keep" }))).code, ErrorCode.NotReady);
+      assert.equal((await rpcRejection(c.request("fs.stat", { sandbox: name, path: "/root/keep" }))).code, ErrorCode.NotReady);
       const again = await c.request<SandboxStatus>("sandbox.ensure", env.ensureParams(name));
       assert.equal(again.created, false);
       assert.equal((await c.request<{ type: string }>("fs.stat", { sandbox: name, path: "/root/keep" })).type, "file", "rootfs changes survive stop/start");
       const fresh = await c.request<SandboxStatus>("sandbox.restart", { ...env.ensureParams(name, { network: "none" }), recreate: true });
       assert.equal(fresh.state, "ready");
       assert.equal(fresh.created, true);
-      assert.equal((await rpcError(c.request("fs.stat", { sandbox: name, path: "/root/keep" }))).code, ErrorCode.NotFound, "recreate starts from the image");
+      assert.equal((await rpcRejection(c.request("fs.stat", { sandbox: name, path: "/root/keep" }))).code, ErrorCode.NotFound, "recreate starts from the image");
       const removed = await c.request<SandboxStatus>("sandbox.stop", { name, remove: true });
       assert.equal(removed.state, "absent");
       assert.equal((await c.request<SandboxStatus>("sandbox.status", { name })).state, "absent");
-    } finally {
-      await c.close();
-      env.cleanup();
-    }
-  });
+    }));
 
   test("closing stdin kills the connection's commands but keeps the sandbox", async () => {
     const env = new ServeEnv();
@@ -327,19 +311,13 @@ describe("serve protocol lifecycle", () => {
     }
   });
 
-  test("a missing libkrun fails the start with a reason and a hint", async () => {
-    const env = new ServeEnv({ KRUNBOX_LIBKRUN: "/nonexistent/libkrun.so.1" });
-    const c = await env.connect();
-    try {
-      const err = await rpcError(c.request("sandbox.ensure", env.ensureParams(env.name("nolib"))));
+  test("a missing libkrun fails the start with a reason and a hint", () =>
+    withServer({ KRUNBOX_LIBKRUN: "/nonexistent/libkrun.so.1" }, async (c, env) => {
+      const err = await rpcRejection(c.request("sandbox.ensure", env.ensureParams(env.name("nolib"))));
       assert.equal(err.code, ErrorCode.StartFailed);
       assert.match(err.message, /libkrun/);
       assert.ok(err.hint, "start-failed carries a hint");
-    } finally {
-      await c.close();
-      env.cleanup();
-    }
-  });
+    }));
 });
 
 describe("serve protocol framing", () => {

@@ -5,17 +5,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ClientErrorCode, ErrorCode, errorCodeName, RpcError } from "../src/protocol.ts";
 import { ServeClient } from "../src/rpc.ts";
-import { ServeEnv } from "./serve-driver.ts";
-
-async function rejection(p: Promise<unknown>): Promise<RpcError> {
-  try {
-    await p;
-  } catch (err) {
-    assert.ok(err instanceof RpcError, `want an RpcError, got ${err}`);
-    return err;
-  }
-  assert.fail("expected a rejection");
-}
+import { rpcRejection, withServer } from "./serve-driver.ts";
 
 const client = { name: "test", version: "0" };
 
@@ -26,26 +16,26 @@ function sh(script: string) {
 
 describe("ServeClient", () => {
   test("a missing binary is a clear error", async () => {
-    const err = await rejection(ServeClient.connect({ bin: "/nonexistent/krunbox" }, client));
+    const err = await rpcRejection(ServeClient.connect({ bin: "/nonexistent/krunbox" }, client));
     assert.equal(err.code, ClientErrorCode.ServerExited);
     assert.match(err.message, /cannot run \/nonexistent\/krunbox/);
   });
 
   test("a server that exits at once reports its exit code and last stderr line", async () => {
-    const err = await rejection(ServeClient.connect(sh(`echo 'starting' >&2; echo 'krunbox: unknown command "serve" for "krunbox"' >&2; echo "hint: see 'krunbox --help'" >&2; exit 125`), client));
+    const err = await rpcRejection(ServeClient.connect(sh(`echo 'starting' >&2; echo 'krunbox: unknown command "serve" for "krunbox"' >&2; echo "hint: see 'krunbox --help'" >&2; exit 125`), client));
     assert.equal(err.code, ClientErrorCode.ServerExited);
     assert.equal(err.message, `krunbox serve exited with code 125: krunbox: unknown command "serve" for "krunbox"; hint: see 'krunbox --help'`);
   });
 
   test("a server speaking another protocol version is refused", async () => {
     const reply = JSON.stringify({ jsonrpc: "2.0", id: 1, result: { protocolVersion: 2, server: { name: "x", version: "9" }, limits: {} } });
-    const err = await rejection(ServeClient.connect(sh(`read l; echo '${reply}'; exec sleep 30`), client));
+    const err = await rpcRejection(ServeClient.connect(sh(`read l; echo '${reply}'; exec sleep 30`), client));
     assert.match(err.message, /protocol version 2, this extension speaks 1/);
   });
 
   test("a server that never answers initialize times out and is killed", async () => {
     const t0 = Date.now();
-    const err = await rejection(ServeClient.connect(sh("exec sleep 30"), client, 300));
+    const err = await rpcRejection(ServeClient.connect(sh("exec sleep 30"), client, 300));
     assert.match(err.message, /did not answer initialize within 300 ms/);
     assert.ok(Date.now() - t0 < 10_000, "close() must not wait for the sleeping server");
   });
@@ -61,42 +51,30 @@ describe("ServeClient", () => {
     }
   });
 
-  test("a server that dies fails pending requests and running execs, and says so once", async () => {
-    const env = new ServeEnv({ KRUNBOX_STANDIN_CRASH_ON: "fs.stat" });
-    const c = await env.connect();
-    try {
+  test("a server that dies fails pending requests and running execs, and says so once", () =>
+    withServer({ KRUNBOX_STANDIN_CRASH_ON: "fs.stat" }, async (c, env) => {
       const name = env.name("crash");
       await c.request("sandbox.ensure", env.ensureParams(name));
       const running = c.exec({ sandbox: name, argv: ["/bin/sh", "-c", "sleep 30"] });
       running.catch(() => {});
       const closes: string[] = [];
       c.onClose((e) => closes.push(e.message));
-      const err = await rejection(c.request("fs.stat", { sandbox: name, path: "/" }));
+      const err = await rpcRejection(c.request("fs.stat", { sandbox: name, path: "/" }));
       assert.equal(err.code, ClientErrorCode.ServerExited);
       assert.match(err.message, /exited with code 3/);
-      assert.equal((await rejection(running)).code, ClientErrorCode.ServerExited);
-      assert.equal((await rejection(c.request("sandbox.status", { name }))).code, ClientErrorCode.ServerExited);
+      assert.equal((await rpcRejection(running)).code, ClientErrorCode.ServerExited);
+      assert.equal((await rpcRejection(c.request("sandbox.status", { name }))).code, ClientErrorCode.ServerExited);
       assert.equal(c.closed, true);
       assert.equal(closes.length, 1);
-    } finally {
-      await c.close();
-      env.cleanup();
-    }
-  });
+    }));
 
-  test("an aborted request rejects at once", async () => {
-    const env = new ServeEnv({ KRUNBOX_STANDIN_BOOT_MS: "5000" });
-    const c = await env.connect();
-    try {
+  test("an aborted request rejects at once", () =>
+    withServer({ KRUNBOX_STANDIN_BOOT_MS: "5000" }, async (c, env) => {
       const ac = new AbortController();
       const p = c.request("sandbox.ensure", env.ensureParams(env.name("abort")), ac.signal);
       ac.abort();
-      assert.equal((await rejection(p)).code, ClientErrorCode.Aborted);
-    } finally {
-      await c.close();
-      env.cleanup();
-    }
-  });
+      assert.equal((await rpcRejection(p)).code, ClientErrorCode.Aborted);
+    }));
 
   test("error codes have their documented names", () => {
     assert.equal(errorCodeName(ErrorCode.NotReady), "not-ready");

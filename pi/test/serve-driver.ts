@@ -7,6 +7,7 @@ import { mkdirSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
+import { RpcError } from "../src/protocol.ts";
 import { ServeClient, type ServeCommand } from "../src/rpc.ts";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -142,5 +143,31 @@ export async function removeSandbox(cmd: ServeCommand, name: string): Promise<vo
     }
   } catch {
     // nothing to clean, or nothing we can do
+  }
+}
+
+/** The RpcError p rejects with; fails the test when p resolves or rejects otherwise. */
+export async function rpcRejection(p: Promise<unknown>): Promise<RpcError> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof RpcError) return err;
+    throw err;
+  }
+  throw new Error("expected a rejection with an RpcError");
+}
+
+/** Run fn with a fresh server environment and connection, cleaned up afterwards. */
+export async function withServer<T>(extraEnv: NodeJS.ProcessEnv, fn: (c: ServeClient, env: ServeEnv) => Promise<T>): Promise<T> {
+  const env = new ServeEnv(extraEnv);
+  try {
+    const c = await env.connect();
+    try {
+      return await fn(c, env);
+    } finally {
+      await c.close();
+    }
+  } finally {
+    env.cleanup();
   }
 }

@@ -8,7 +8,7 @@ import { hostname } from "node:os";
 import * as path from "node:path";
 import { describe, test } from "node:test";
 import type { Turn } from "./fake-llm.ts";
-import { haveTmux, KRUNBOX_BIN, PKG, piArgs, piVersions, plain, RpcPi, REAL_VM, runPrint, setup, STANDIN_BIN, TuiPi, VM_SKIP } from "./harness.ts";
+import { haveTmux, KRUNBOX_BIN, PKG, piArgs, piVersions, plain, promptOnce, RpcPi, REAL_VM, runPrint, setup, STANDIN_BIN, TuiPi, VM_SKIP } from "./harness.ts";
 
 const HOST_TOOL = path.join(PKG, "test", "e2e", "fixtures", "host-tool.ts");
 const { versions, missing } = piVersions();
@@ -203,12 +203,7 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
         try {
           const marker = path.join(env.workspace, "host-touched");
           llm["turns"].push({ tools: [{ name: "host_touch", args: { path: marker } }] }, { text: "done" });
-          const rpc = new RpcPi(pi, env, piArgs([HOST_TOOL]));
-          try {
-            await rpc.prompt("touch it");
-          } finally {
-            await rpc.close();
-          }
+          await promptOnce(pi, env, piArgs([HOST_TOOL]), "touch it");
           assert.match(llm.toolResults()[0]?.text ?? "", /"host_touch" would run on the host, outside the sandbox, so it is blocked/);
           assert.equal(existsSync(marker), false);
         } finally {
@@ -221,12 +216,7 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
           env: { KRUNBOX_STANDIN_BOOT_MS: "2500" },
         });
         try {
-          const rpc = new RpcPi(pi, env, piArgs());
-          try {
-            await rpc.prompt("go");
-          } finally {
-            await rpc.close();
-          }
+          await promptOnce(pi, env, piArgs(), "go");
           assert.match(llm.toolResults()[0]?.text ?? "", /^after-the-wait/);
         } finally {
           await done();
@@ -256,12 +246,7 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
         const outside = `/root/krunbox-e2e-bash-${process.pid}-${Date.now()}`;
         const { llm, env, done } = await setup([{ tools: [{ name: "bash", args: { command: `hostname; echo vm > ${outside}; cat ${outside}` } }] }, { text: "done" }]);
         try {
-          const rpc = new RpcPi(pi, env, piArgs());
-          try {
-            await rpc.prompt("go");
-          } finally {
-            await rpc.close();
-          }
+          await promptOnce(pi, env, piArgs(), "go");
           const out = llm.toolResults()[0]?.text ?? "";
           const [guestHost, vm] = out.split("\n");
           assert.notEqual(guestHost, hostname(), "bash runs in the VM, not on the host");
