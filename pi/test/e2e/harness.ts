@@ -371,10 +371,11 @@ export class TuiPi {
 /** Start pi in rpc mode, run one prompt to its end, close pi; resolves with pi's exit code. */
 export async function promptOnce(pi: PiVersion, env: PiEnv, args: string[], message: string): Promise<number | null> {
   const rpc = new RpcPi(pi, env, args);
+  let code: number | null;
   try {
     await rpc.prompt(message);
   } finally {
-    await rpc.close();
+    code = await rpc.close();
   }
-  return rpc.close();
+  return code;
 }
