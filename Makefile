@@ -46,7 +46,7 @@ testkrun: $(TESTKRUN)
 
 $(TESTKRUN): $(wildcard hack/testkrun/*.c hack/testkrun/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -fPIC -O2 -g -Wall -Wextra -Werror -Wl,-soname,libkrun.so.1 -o $@ $(filter %.c,$^) -lpthread
+	$(CC) -shared -fPIC -fvisibility=hidden -O2 -g -Wall -Wextra -Werror -Wl,-soname,libkrun.so.1 -o $@ $(filter %.c,$^) -lpthread
 
 ## test: every test: lint, Go unit and end-to-end tests, cross builds, pi extension
 test: lint unit cross pi-test
