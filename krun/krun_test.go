@@ -51,22 +51,22 @@ func runHelper(name string) {
 
 // dump is what the test double received, from its TESTKRUN_DUMP file.
 type dump struct {
-	Event      string   `json:"event"`
-	LogLevel   int      `json:"log_level"`
-	VCPUs      int      `json:"vcpus"`
-	RAMMiB     int      `json:"ram_mib"`
-	ExecPath   string   `json:"exec_path"`
-	Argv       []string `json:"argv"`
-	Envp       []string `json:"envp"`
-	EnvHost    bool     `json:"env_from_host"`
-	Workdir    string   `json:"workdir"`
-	Rlimits    []string `json:"rlimits"`
-	Console    string   `json:"console"`
-	PortMap    []string `json:"port_map"`
-	Vsock      string   `json:"vsock"`
-	TSI        uint32   `json:"tsi_features"`
-	NoInit     bool     `json:"implicit_init_disabled"`
-	Shares     []struct {
+	Event    string   `json:"event"`
+	LogLevel int      `json:"log_level"`
+	VCPUs    int      `json:"vcpus"`
+	RAMMiB   int      `json:"ram_mib"`
+	ExecPath string   `json:"exec_path"`
+	Argv     []string `json:"argv"`
+	Envp     []string `json:"envp"`
+	EnvHost  bool     `json:"env_from_host"`
+	Workdir  string   `json:"workdir"`
+	Rlimits  []string `json:"rlimits"`
+	Console  string   `json:"console"`
+	PortMap  []string `json:"port_map"`
+	Vsock    string   `json:"vsock"`
+	TSI      uint32   `json:"tsi_features"`
+	NoInit   bool     `json:"implicit_init_disabled"`
+	Shares   []struct {
 		Tag      string `json:"tag"`
 		Path     string `json:"path"`
 		ReadOnly bool   `json:"read_only"`
@@ -264,8 +264,8 @@ func TestUnknownAndConsumedContext(t *testing.T) {
 	must(t, err)
 	must(t, c.Free())
 	for name, err := range map[string]error{
-		"free twice":      c.Free(),
-		"set after free":  c.SetWorkdir("/"),
+		"free twice":       c.Free(),
+		"set after free":   c.SetWorkdir("/"),
 		"start after free": c.StartEnter(),
 	} {
 		if !errors.Is(err, syscall.ENOENT) {
