@@ -135,6 +135,9 @@ func runnerMain(dir string) int {
 	kvmErr := checkHypervisor(dev)
 	lib, err := krun.Open(spec.Library)
 	if kvmErr != nil && (forced || err != nil || !lib.IsTestDouble()) {
+		if err != nil {
+			return fail("%v; and %v", kvmErr, err)
+		}
 		return fail("%v", kvmErr)
 	}
 	if err != nil {
@@ -440,17 +443,30 @@ func Probe(path string) (*ProbeReport, error) {
 	cmd := selfCommand(roleProbe, path)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	if err != nil {
-		msg := strings.TrimSpace(errOut.String())
-		if len(msg) > 500 {
-			msg = msg[len(msg)-500:]
-		}
-		return nil, fmt.Errorf("probe libkrun: %v: %s", err, msg)
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("probe libkrun: %s", crashSummary(err, errOut.String()))
 	}
 	var r ProbeReport
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		return nil, fmt.Errorf("probe libkrun: %w", err)
 	}
 	return &r, nil
+}
+
+// crashSummary describes how a child process that loaded libkrun failed:
+// its own message, without the Go runtime's goroutine dump.
+func crashSummary(err error, stderr string) string {
+	msg := stderr
+	if i := strings.Index(msg, "\ngoroutine "); i >= 0 {
+		msg = msg[:i]
+	}
+	msg = strings.TrimSpace(msg)
+	if strings.Contains(msg, "SIGABRT: abort") {
+		// The Go runtime reports a C abort() as a crash, exit status 2.
+		msg = "the library aborted the process (SIGABRT): " + strings.TrimSpace(msg[:strings.Index(msg, "SIGABRT: abort")])
+	}
+	if len(msg) > 1000 {
+		msg = msg[:1000] + "..."
+	}
+	return fmt.Sprintf("%v: %s", err, strings.ReplaceAll(msg, "\n", "; "))
 }
