@@ -74,6 +74,7 @@ func newRootCmd(s *streams) *cobra.Command {
 
 	root.AddCommand(
 		newVersionCmd(s),
+		newDoctorCmd(s),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(root.FlagErrorFunc())

@@ -725,13 +725,7 @@ func TestProbe(t *testing.T) {
 // A library that aborts must not take the prober down.
 func TestProbeSurvivesAnAbortingLibrary(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir()) // the aborted probe cannot clean up
-	lib := testkrun.CompileLibrary(t, "aborting", `#include <stdlib.h>
-#define F(name) int name() { return 0; }
-F(krun_set_log_level) F(krun_free_ctx) F(krun_set_vm_config) F(krun_set_root) F(krun_add_virtiofs)
-F(krun_set_exec) F(krun_set_env) F(krun_set_workdir) F(krun_set_rlimits) F(krun_add_vsock_port)
-F(krun_set_port_map) F(krun_set_console_output) F(krun_start_enter)
-int krun_create_ctx(void) { abort(); }
-`)
+	lib := testkrun.AbortingLibrary(t)
 	_, err := Probe(lib)
 	if err == nil || !strings.Contains(err.Error(), "SIGABRT") {
 		t.Fatalf("probe of an aborting library: %v, want an error reporting the abort", err)

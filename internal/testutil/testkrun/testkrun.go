@@ -116,6 +116,19 @@ func CompileLibrary(t testing.TB, name, src string) string {
 	return lib
 }
 
+// AbortingLibrary builds a library exporting every function libkrun must
+// have, whose krun_create_ctx aborts the process, as a broken libkrun can.
+func AbortingLibrary(t testing.TB) string {
+	t.Helper()
+	return CompileLibrary(t, "aborting", `#include <stdlib.h>
+#define F(name) int name() { return 0; }
+F(krun_set_log_level) F(krun_free_ctx) F(krun_set_vm_config) F(krun_set_root) F(krun_add_virtiofs)
+F(krun_set_exec) F(krun_set_env) F(krun_set_workdir) F(krun_set_rlimits) F(krun_add_vsock_port)
+F(krun_set_port_map) F(krun_set_console_output) F(krun_start_enter)
+int krun_create_ctx(void) { abort(); }
+`)
+}
+
 // Busybox returns the path of a static busybox, or skips the test.
 func Busybox(t testing.TB) string {
 	t.Helper()
