@@ -482,12 +482,27 @@ static void guest_init(struct plan *p)
 
 struct pair {
 	int a, b;
+	int guest; /* which of a and b is the guest's end */
 };
+
+/* Connections whose guest-to-host direction is not finished yet: the VMM
+ * waits for them when the guest has exited, so what the guest wrote last
+ * reaches the host. */
+static pthread_mutex_t flush_mu = PTHREAD_MUTEX_INITIALIZER;
+static int unflushed;
+
+static void flushed(void)
+{
+	pthread_mutex_lock(&flush_mu);
+	unflushed--;
+	pthread_mutex_unlock(&flush_mu);
+}
 
 static void *relay(void *arg)
 {
 	struct pair pr = *(struct pair *)arg;
 	free(arg);
+	bool guest_open = true;
 	struct pollfd pf[2] = {{pr.a, POLLIN, 0}, {pr.b, POLLIN, 0}};
 	int open_dirs = 2;
 	char buf[65536];
@@ -506,6 +521,10 @@ static void *relay(void *arg)
 				shutdown(to, SHUT_WR);
 				pf[i].fd = -1;
 				open_dirs--;
+				if (from == pr.guest) {
+					guest_open = false;
+					flushed();
+				}
 				continue;
 			}
 			for (ssize_t off = 0; off < n;) {
@@ -520,6 +539,8 @@ static void *relay(void *arg)
 		}
 	}
 out:
+	if (guest_open)
+		flushed();
 	close(pr.a);
 	close(pr.b);
 	return NULL;
@@ -557,6 +578,7 @@ static int connect_unix(const char *path)
 struct acceptor {
 	int listen_fd;
 	char target[128]; /* where each accepted connection is relayed to */
+	bool from_guest;  /* listen_fd is the guest's side (listen=false ports) */
 };
 
 /* Accepts connections and relays each to target; a connection whose target
@@ -571,13 +593,17 @@ static void *accept_loop(void *arg)
 				continue;
 			return NULL;
 		}
+		pthread_mutex_lock(&flush_mu);
+		unflushed++;
+		pthread_mutex_unlock(&flush_mu);
 		int t = connect_unix(ac->target);
 		if (t < 0) {
 			close(c);
+			flushed();
 			continue;
 		}
 		struct pair *pr = malloc(sizeof(*pr));
-		*pr = (struct pair){c, t};
+		*pr = (struct pair){c, t, ac->from_guest ? c : t};
 		start_thread(relay, pr);
 	}
 }
@@ -622,6 +648,27 @@ static int recv_fds(int sock, int *fds, size_t max)
 		return -1;
 	memcpy(fds, CMSG_DATA(cm), got * sizeof(int));
 	return (int)got;
+}
+
+/* Waits, for at most FLUSH_MS, until the guest's pending connections
+ * (listeners[0..n) are the guest-side listeners) have been accepted and
+ * everything the guest wrote has been relayed to the host. */
+#define FLUSH_MS 2000
+static void flush_relays(const int *listeners, int n)
+{
+	for (int waited = 0; waited < FLUSH_MS; waited++) {
+		bool pending = false;
+		for (int i = 0; i < n; i++) {
+			struct pollfd pf = {listeners[i], POLLIN, 0};
+			pending |= poll(&pf, 1, 0) > 0;
+		}
+		pthread_mutex_lock(&flush_mu);
+		pending |= unflushed > 0;
+		pthread_mutex_unlock(&flush_mu);
+		if (!pending)
+			return;
+		poll(NULL, 0, 1);
+	}
 }
 
 static int write_file(const char *path, const char *s)
@@ -762,8 +809,9 @@ int32_t tk_run(struct tk_ctx *c)
 				a = &acc[k++];
 				snprintf(a->target, sizeof(a->target), "%s/%u.sock", vsock_dir, c->vports[i].port);
 			} else {
-				a = malloc(sizeof(*a));
+				a = calloc(1, sizeof(*a));
 				a->listen_fd = fds[j++];
+				a->from_guest = true;
 				if (strlen(c->vports[i].path) >= sizeof(a->target)) {
 					errno = ENAMETOOLONG;
 					vm_error("vsock port path", c->vports[i].path);
@@ -781,6 +829,8 @@ int32_t tk_run(struct tk_ctx *c)
 			break;
 		}
 	}
+	if (n > 0)
+		flush_relays(fds, n - 1);
 	/* Like libkrun: the process ends with the guest's code, without
 	 * atexit handlers or flushing stdio. */
 	_exit(exit_code(status));

@@ -17,7 +17,7 @@ func selfExe() string {
 	return exe
 }
 
-// runnerSysProcAttr: macOS has no namespaces; the runner runs as the caller.
+// runnerSysProcAttr: macOS has no namespaces.
 func runnerSysProcAttr() *syscall.SysProcAttr { return nil }
 
 // setupRoot: macOS has no overlayfs, so only plain-directory roots work.

@@ -15,10 +15,11 @@ import (
 
 func selfExe() string { return "/proc/self/exe" }
 
-// runnerSysProcAttr puts the runner in a mount namespace of its own, for
-// the overlay root, and, unless it is root already, in a user namespace
-// mapping the caller's uid and gid to 0: the guest then sees the caller's
-// files (image, writable layer, shares) as owned by root.
+// runnerSysProcAttr gives a process the namespaces the runner enters (see
+// kb_enter_namespaces in monitor_cgo.go): a mount namespace of its own, for
+// the overlay root, and, unless it is root already, a user namespace
+// mapping the caller's uid and gid to 0, so that the guest sees the
+// caller's files (image, writable layer, shares) as owned by root.
 func runnerSysProcAttr() *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 	if uid := os.Geteuid(); uid != 0 {

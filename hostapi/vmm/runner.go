@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -24,9 +21,8 @@ const roleEnv = "_KRUNBOX_VMM_ROLE"
 
 // Roles of a re-executed process.
 const (
-	roleMonitor = "monitor" // waits for the runner, records its exit status
-	roleRunner  = "vm"      // becomes the VM
-	roleProbe   = "probe"   // loads libkrun for Probe and reports
+	roleRunner = "vm"    // becomes the VM (after the C monitor forked it, monitor_cgo.go)
+	roleProbe  = "probe" // loads libkrun for Probe and reports
 )
 
 // KVMDeviceEnv overrides the device the runner checks before touching
@@ -41,7 +37,7 @@ const (
 	ExitRunnerFailed = 125
 )
 
-// Fds the monitor and the runner inherit from Start.
+// Fds the runner (and its monitor) inherit from Start.
 const (
 	fdLock  = 3
 	fdReady = 4
@@ -63,8 +59,6 @@ func init() {
 
 func runRole(role string, args []string) int {
 	switch {
-	case role == roleMonitor && len(args) == 1:
-		return monitorMain(args[0])
 	case role == roleRunner && len(args) == 1:
 		return runnerMain(args[0])
 	case role == roleProbe && len(args) == 1:
@@ -74,44 +68,6 @@ func runRole(role string, args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "krunbox runner: bad invocation (role %q, args %q)\n", role, args)
 	return ExitRunnerFailed
-}
-
-// monitorMain starts the runner, waits for it and records its exit status.
-// It holds the VM's lock (inherited) until then, as the runner does.
-func monitorMain(dir string) int {
-	v := Open(dir)
-	lock := os.NewFile(fdLock, LockFile)
-	ready := os.NewFile(fdReady, "ready")
-	unix.CloseOnExec(fdLock)
-	unix.CloseOnExec(fdReady)
-	cmd := selfCommand(roleRunner, dir)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.ExtraFiles = []*os.File{lock, ready}
-	cmd.SysProcAttr = runnerSysProcAttr()
-	err := cmd.Start()
-	ready.Close()
-	es := &ExitStatus{Code: ExitRunnerFailed}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "krunbox runner: start: %v\n", err)
-	} else {
-		err = cmd.Wait()
-		es.Code = 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			ws := ee.Sys().(syscall.WaitStatus)
-			es.Code = ws.ExitStatus()
-			if ws.Signaled() {
-				es.Code = 128 + int(ws.Signal())
-				es.Signal = unix.SignalName(ws.Signal())
-			}
-		}
-	}
-	es.Time = time.Now()
-	data, _ := json.Marshal(es)
-	if err := writeFileAtomic(v.path(ExitFile), append(data, '\n'), 0o600); err != nil {
-		fmt.Fprintf(os.Stderr, "krunbox runner: record exit status: %v\n", err)
-	}
-	return 0
 }
 
 // fail reports why the runner gives up and returns its exit code.

@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/krunbox/krunbox/krun"
 )
 
 // StartError reports a VM whose runner ended before the VM booted.
@@ -42,6 +44,9 @@ func (e *StartError) Error() string {
 func Start(ctx context.Context, dir string, spec *Spec) (*VM, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
+	}
+	if !haveMonitor {
+		return nil, fmt.Errorf("start VM: %w", krun.ErrNoCgo)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("start VM: %w", err)
@@ -77,7 +82,7 @@ func Start(ctx context.Context, dir string, spec *Spec) (*VM, error) {
 		return nil, fmt.Errorf("start VM: %w", err)
 	}
 	defer readyR.Close()
-	cmd := selfCommand(roleMonitor, dir)
+	cmd := selfCommand(roleRunner, dir)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{lock, readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -86,7 +91,7 @@ func Start(ctx context.Context, dir string, spec *Spec) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start VM runner: %w", err)
 	}
-	go cmd.Wait() //nolint:errcheck // the monitor exits once the VM has stopped; reaped here while we live
+	go cmd.Wait() // the monitor exits once the VM has stopped; reaped here while we live
 
 	// The runner writes one byte just before krun_start_enter; the pipe
 	// closes without it when the runner gives up first.

@@ -71,7 +71,7 @@ func runHelper(name string) int {
 
 // requireNamespaces skips the test where the runner cannot get the mount
 // (and, unprivileged, user) namespace it needs.
-func requireNamespaces(t *testing.T) {
+func requireNamespaces(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		return
@@ -82,7 +82,7 @@ func requireNamespaces(t *testing.T) {
 }
 
 // shortDir returns a new directory with a short path, for unix sockets.
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "kbv")
 	if err != nil {
@@ -93,7 +93,7 @@ func shortDir(t *testing.T) string {
 }
 
 // shellSpec is a VM on a busybox root running script with /bin/sh.
-func shellSpec(t *testing.T, script string) (*Spec, string) {
+func shellSpec(t testing.TB, script string) (*Spec, string) {
 	t.Helper()
 	requireNamespaces(t)
 	lib := testkrun.Library(t)
@@ -514,7 +514,7 @@ func TestUnprivilegedOverlay(t *testing.T) {
 
 // vsockProbe builds testdata/vsockprobe, a static Go program using
 // guestagent/vmdev, into the root's /bin.
-func vsockProbe(t *testing.T, root string) {
+func vsockProbe(t testing.TB, root string) {
 	t.Helper()
 	if p := os.Getenv("KRUNBOX_TEST_VSOCKPROBE"); p != "" {
 		data, err := os.ReadFile(p)
