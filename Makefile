@@ -53,6 +53,7 @@ test: lint unit cross pi-test
 
 unit: build testkrun
 	$(TEST_ENV) $(GO) test -count=1 -timeout 20m ./...
+	@[ -r /dev/kvm ] || echo "SKIP: real-libkrun VM tests (no /dev/kvm here); see hack/README.md to run them on a KVM host"
 
 ## lint: gofmt, go vet and staticcheck
 lint:
@@ -73,8 +74,12 @@ pi-test:
 bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi
 
 # Each area's benchmark target. Placeholders until the area is written.
-bench-oci bench-agent bench-vm bench-sandbox bench-pi:
+bench-oci bench-agent bench-sandbox bench-pi:
 	@echo "$@: not written yet"
+
+## bench-vm: VM start-up overhead under the test double, against fork/exec
+bench-vm: testkrun
+	$(TEST_ENV) $(GO) test -run '^$$' -bench StartToFirstByte -benchtime 50x -count 3 ./hostapi/vmm
 
 ## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD))
 run: build
