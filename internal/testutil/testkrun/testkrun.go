@@ -162,7 +162,7 @@ func BusyboxRoot(t testing.TB, dir string) {
 	if err := os.WriteFile(filepath.Join(bin, "busybox"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, app := range []string{"sh", "cat", "echo", "ls", "stat", "id", "hostname", "ip", "sleep", "touch", "rm", "mkdir", "env", "kill", "ulimit", "test", "grep"} {
+	for _, app := range []string{"sh", "cat", "echo", "ls", "stat", "id", "hostname", "ip", "sleep", "touch", "rm", "mkdir", "env", "kill", "ulimit", "test", "grep", "mount"} {
 		if err := os.Symlink("busybox", filepath.Join(bin, app)); err != nil {
 			t.Fatal(err)
 		}
