@@ -557,15 +557,22 @@ static void start_thread(void *(*fn)(void *), void *arg)
 	pthread_attr_destroy(&attr);
 }
 
-static int connect_unix(const char *path)
+/* A stream socket and the address of path, or -1. */
+static int unix_socket(const char *path, struct sockaddr_un *sa)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof(sa.sun_path)) {
+	*sa = (struct sockaddr_un){.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sa->sun_path)) {
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	strcpy(sa.sun_path, path);
-	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	strcpy(sa->sun_path, path);
+	return socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+}
+
+static int connect_unix(const char *path)
+{
+	struct sockaddr_un sa;
+	int s = unix_socket(path, &sa);
 	if (s < 0)
 		return -1;
 	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
@@ -610,13 +617,8 @@ static void *accept_loop(void *arg)
 
 static int listen_unix(const char *path)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	strcpy(sa.sun_path, path);
-	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa;
+	int s = unix_socket(path, &sa);
 	if (s < 0)
 		return -1;
 	if (bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(s, 128) < 0) {

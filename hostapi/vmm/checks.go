@@ -14,6 +14,18 @@ import (
 // runner's namespace setup.
 const roleNamespaces = "ns"
 
+// HypervisorError says why the hypervisor cannot be used, with the fix.
+type HypervisorError struct {
+	Err  error
+	hint string
+}
+
+func (e *HypervisorError) Error() string { return e.Err.Error() }
+func (e *HypervisorError) Unwrap() error { return e.Err }
+
+// Hint says how to make the hypervisor available.
+func (e *HypervisorError) Hint() string { return e.hint }
+
 // CheckNamespaces checks that a runner can get the namespaces it runs in
 // (on Linux a mount namespace and, for a caller that is not root, a user
 // namespace) by starting a process with them.

@@ -29,18 +29,6 @@ func setupRoot(r Root) error {
 	return nil
 }
 
-// HypervisorError says why the hypervisor cannot be used, with the fix.
-type HypervisorError struct {
-	Err  error
-	hint string
-}
-
-func (e *HypervisorError) Error() string { return e.Err.Error() }
-func (e *HypervisorError) Unwrap() error { return e.Err }
-
-// Hint says how to make the hypervisor available.
-func (e *HypervisorError) Hint() string { return e.hint }
-
 // CheckHypervisor checks that Hypervisor.framework is available; dev is
 // ignored on macOS.
 func CheckHypervisor(dev string) error { return checkHypervisor(dev) }

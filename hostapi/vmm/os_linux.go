@@ -58,18 +58,6 @@ func inUserNamespace() bool {
 	return err == nil && !strings.Contains(string(data), "4294967295")
 }
 
-// HypervisorError says why the hypervisor cannot be used, with the fix.
-type HypervisorError struct {
-	Err  error
-	hint string
-}
-
-func (e *HypervisorError) Error() string { return e.Err.Error() }
-func (e *HypervisorError) Unwrap() error { return e.Err }
-
-// Hint says how to make the hypervisor available.
-func (e *HypervisorError) Hint() string { return e.hint }
-
 // CheckHypervisor checks that the KVM device dev (normally /dev/kvm) can be
 // opened read-write, which libkrun needs and, without it, aborts.
 func CheckHypervisor(dev string) error { return checkHypervisor(dev) }
