@@ -757,3 +757,29 @@ func TestProbeSurvivesAnAbortingLibrary(t *testing.T) {
 		t.Fatalf("probe of an aborting library: %v, want an error reporting the abort", err)
 	}
 }
+
+// A user's Go program, whose main has no runner line, starts VMs: importing
+// hostapi/vmm makes it its own runner.
+func TestSDKProgramIsItsOwnRunner(t *testing.T) {
+	spec, dir := shellSpec(t, "echo from-sdk; exit 7")
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go to build testdata/sdkprogram")
+	}
+	prog := filepath.Join(t.TempDir(), "sdkprogram")
+	if out, err := exec.Command("go", "build", "-o", prog, "./testdata/sdkprogram").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteSpec(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(prog, dir).Output()
+	if err != nil || strings.TrimSpace(string(out)) != "7" {
+		t.Fatalf("sdkprogram: %q, %v", out, err)
+	}
+	if got := readFile(t, spec.ConsoleLog); got != "from-sdk\n" {
+		t.Errorf("console %q", got)
+	}
+}
