@@ -18,21 +18,28 @@
 //
 // # Processes and files
 //
-// Start spawns a monitor (setsid, stdio to the VM directory's runner.log)
-// that spawns the runner and waits for it, recording its exit status in
-// exit.json. The runner:
+// A VM lives in a directory of its own (a sandbox's state directory):
+// vm.json (the [Spec]), runner.lock, runner.pid, runner.log (the runner's
+// stderr and libkrun's log) and exit.json. Start re-executes the program
+// detached from the caller (a new session, stdin /dev/null, stdout and
+// stderr to runner.log). Before the Go runtime starts, that process forks:
+// the parent stays in C as the monitor, which waits for the child and
+// records its exit status in exit.json; the child is the runner, which
 //
-//   - on Linux, runs in a new mount namespace and, for a caller that is
-//     not root, a new user namespace mapping the caller to root, so the
-//     guest sees the caller's files as root's;
-//   - checks that it can open /dev/kvm read-write before touching libkrun
+//   - on Linux, enters a new mount namespace and, for a caller that is not
+//     root, a new user namespace mapping the caller to root, so the guest
+//     sees the caller's files as root's;
+//   - checks that it can open /dev/kvm read-write before calling libkrun
 //     (libkrun aborts without it) and otherwise exits with code 125 and a
 //     message in runner.log; only krunbox's test double (hack/testkrun),
-//     recognised by a marker symbol, runs without /dev/kvm;
-//   - mounts the overlay root (the read-only image tree under a per-VM
-//     writable layer), raises RLIMIT_NOFILE, places the spec's files,
-//     configures libkrun, writes runner.pid and calls krun_start_enter.
-//     Its exit code is the VM's.
+//     recognised by a marker symbol, runs without /dev/kvm, unless
+//     KRUNBOX_KVM_DEVICE names a device to check anyway;
+//   - mounts the overlay root (the read-only image tree under the VM's
+//     writable layer), places the spec's files (libkrun overlay files where
+//     the library has them, else written into the writable root), raises
+//     RLIMIT_NOFILE, configures libkrun (console output to the spec's log
+//     file), writes runner.pid, tells Start it is ready, flushes and calls
+//     krun_start_enter. Its exit code is the VM's.
 //
 // Liveness is decided by a lock (runner.lock) that Start takes and hands
 // down, held by the monitor and the runner for their whole lives: a VM
