@@ -577,6 +577,12 @@ func TestVsockGuestListens(t *testing.T) {
 			spec, dir := shellSpec(t, "")
 			vsockProbe(t, spec.Root.Dir)
 			sock := filepath.Join(filepath.Dir(spec.ConsoleLog), "agent.sock")
+			if network == NetworkNone {
+				// A path longer than sun_path, where libkrun must listen.
+				long := filepath.Join(filepath.Dir(spec.ConsoleLog), strings.Repeat("l", 100))
+				os.MkdirAll(long, 0o755)
+				sock = filepath.Join(long, "agent.sock")
+			}
 			spec.Exec = Exec{Path: "/bin/vsockprobe", Args: []string{"serve", "1024"}}
 			spec.Vsock = []VsockPort{{Port: 1024, HostPath: sock, Listen: true}}
 			spec.Network = network
@@ -598,8 +604,14 @@ func TestVsockGuestListens(t *testing.T) {
 func exchange(t *testing.T, sock, msg string) string {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
+	d, err := os.Open(filepath.Dir(sock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	short := fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), filepath.Base(sock))
 	for {
-		c, err := net.Dial("unix", sock)
+		c, err := net.Dial("unix", short)
 		if err == nil {
 			c.Write([]byte(msg))
 			c.(*net.UnixConn).CloseWrite()
@@ -629,9 +641,10 @@ func TestVsockGuestDials(t *testing.T) {
 	spec.Vsock = []VsockPort{{Port: 2000, HostPath: sock}}
 	spec.Network = NetworkNone
 	v := startVM(t, dir, spec)
+	l.SetDeadline(time.Now().Add(20 * time.Second))
 	c, err := l.Accept()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the guest's connection never arrived: %v\nconsole: %s", err, readFile(t, spec.ConsoleLog))
 	}
 	got, _ := io.ReadAll(c)
 	c.Write([]byte("hello from the host"))
