@@ -403,3 +403,16 @@ func TestDoubleAbortsLikeLibkrun(t *testing.T) {
 		})
 	}
 }
+
+// Without cgo the package still builds and says so instead of loading.
+func TestBuiltWithoutCgo(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go to build the package without cgo")
+	}
+	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestNoCgo$", "-v", ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestNoCgo") {
+		t.Fatalf("CGO_ENABLED=0 go test: %v\n%s", err, out)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,5 +86,18 @@ func TestDoctorSurvivesACrashingLibrary(t *testing.T) {
 	code, out, _ := runCLI(t, "doctor")
 	if code != 1 || !strings.Contains(out, "✗ libkrun: probe libkrun") || !strings.Contains(out, "SIGABRT") || !strings.Contains(out, "✓ state directory") {
 		t.Fatalf("doctor with an aborting library: code %d\n%s", code, out)
+	}
+}
+
+// The built krunbox is its own VM runner: doctor's probe re-executes it.
+func TestBuiltKrunboxProbesInItself(t *testing.T) {
+	bin := os.Getenv("KRUNBOX_BIN")
+	if bin == "" {
+		t.Skip("KRUNBOX_BIN not set (make test sets it to build/krunbox)")
+	}
+	doctorEnv(t)
+	out, err := exec.Command(bin, "doctor").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "✓ libkrun context") || !strings.Contains(string(out), "test double") {
+		t.Fatalf("%s doctor: %v\n%s", bin, err, out)
 	}
 }
