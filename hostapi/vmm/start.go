@@ -84,6 +84,7 @@ func Start(ctx context.Context, dir string, spec *Spec) (*VM, error) {
 	defer readyR.Close()
 	cmd := selfCommand(roleRunner, dir)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = dir // not the caller's directory, which the VM would keep busy
 	cmd.ExtraFiles = []*os.File{lock, readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
