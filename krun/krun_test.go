@@ -5,6 +5,7 @@ package krun
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +34,13 @@ func runHelper(name string) {
 		panic(err)
 	}
 	switch name {
+	case "logger-once":
+		if err := loggerOnce(lib); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		fmt.Println("ok")
+		os.Exit(0)
 	case "second-log-init":
 		// Past the binding's guard: the double must abort like libkrun.
 		if err := lib.SetLogLevel(LogWarn); err != nil {
@@ -370,16 +378,27 @@ func TestOpenMissingRequiredSymbol(t *testing.T) {
 }
 
 func TestLoggerOncePerProcess(t *testing.T) {
-	lib := openDouble(t)
+	// In a fresh process: the logger is initialised once per process.
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=logger-once", "KRUN_TEST_LIB="+testkrun.Library(t))
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "ok\n" {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+}
+
+// loggerOnce initialises the logger, then checks that further
+// initialisations fail in Go instead of aborting in the library.
+func loggerOnce(lib *Library) error {
 	if err := lib.InitLog(-1, LogWarn); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if err := lib.SetLogLevel(LogInfo); !errors.Is(err, ErrLoggerInitialized) || !strings.Contains(err.Error(), "krun_set_log_level") {
-		t.Errorf("second logger init: %v, want ErrLoggerInitialized naming the function", err)
+		return fmt.Errorf("second logger init: %v, want ErrLoggerInitialized naming the function", err)
 	}
 	if err := lib.InitLog(2, LogInfo); !errors.Is(err, ErrLoggerInitialized) {
-		t.Errorf("third logger init: %v, want ErrLoggerInitialized", err)
+		return fmt.Errorf("third logger init: %v, want ErrLoggerInitialized", err)
 	}
+	return nil
 }
 
 // The double aborts where libkrun aborts, so the binding's guards are
