@@ -227,7 +227,8 @@ func platformNames(linux, darwin string) []string {
 
 // LoadError reports that no libkrun could be loaded.
 type LoadError struct {
-	// Tried maps each file tried to the loader's complaint, in order.
+	// Tried lists the files tried, in order, and Errs the dynamic
+	// loader's complaint about each.
 	Tried []string
 	Errs  []string
 }
@@ -252,7 +253,9 @@ func (e *LoadError) Hint() string {
 	return "install libkrun (libkrun.so.1, version 1.17 or later) where the dynamic loader finds it, or set " + LibraryEnv + " to its file"
 }
 
-// Library is a loaded libkrun.
+// Library is a loaded libkrun. It is never unloaded: libkrun keeps
+// process-wide state (contexts, the logger) that dlclose would pull from
+// under it.
 type Library struct {
 	b backend
 }
