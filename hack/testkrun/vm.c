@@ -387,13 +387,59 @@ static void run_workload(const struct plan *p)
 	_exit(err == ENOENT ? 127 : 126);
 }
 
+/* Closes every descriptor above stderr except the console, the socketpair
+ * and the id-map pipe. */
+static void close_other_fds(const struct plan *p)
+{
+	int keep[3] = {p->console_fd, p->sync_fd, p->uidmap_fd};
+	for (int i = 0; i < 3; i++) /* sort the three */
+		for (int j = i + 1; j < 3; j++)
+			if (keep[j] < keep[i]) {
+				int t = keep[i];
+				keep[i] = keep[j];
+				keep[j] = t;
+			}
+	unsigned int from = 3;
+	for (int i = 0; i < 3; i++) {
+		if (keep[i] < (int)from)
+			continue;
+		if ((unsigned int)keep[i] > from)
+			syscall(SYS_close_range, from, (unsigned int)keep[i] - 1, 0);
+		from = (unsigned int)keep[i] + 1;
+	}
+	syscall(SYS_close_range, from, ~0u, 0);
+}
+
+/* The VMM's signal handlers (a Go runtime's, for one) and mask are not the
+ * guest's: start from the defaults, as a booted init does. */
+static void reset_signals(void)
+{
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			sigaction(sig, &dfl, NULL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
 static void guest_init(struct plan *p)
 {
 	const struct tk_ctx *c = p->c;
 	const char *root = p->root;
 	if (p->console_fd >= 0)
 		fail_fd = p->console_fd;
+	/* The guest keeps none of the VMM's descriptors (the runner's lock
+	 * among them, and the VMM's end of the socketpair), only its own. */
+	close_other_fds(p);
+	/* The guest dies with the VMM, as a VM does. The VMM may have died
+	 * between the clone and the prctl: its end of the socketpair is then
+	 * closed. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	struct pollfd alive = {p->sync_fd, 0, 0};
+	if (poll(&alive, 1, 0) > 0 && (alive.revents & (POLLHUP | POLLERR)))
+		_exit(EXIT_SETUP);
+	reset_signals();
 	if (p->new_user) {
 		char b;
 		if (read(p->uidmap_fd, &b, 1) != 1) /* the VMM wrote our id maps */

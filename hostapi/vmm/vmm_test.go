@@ -217,6 +217,22 @@ func TestGuestEnvironment(t *testing.T) {
 	}
 }
 
+// Neither the guest's init nor its program holds the runner's descriptors
+// (the VM's lock among them): a guest outliving its runner would keep the
+// VM "running".
+func TestGuestHoldsNoHostDescriptors(t *testing.T) {
+	skipIfReal(t) // a real guest cannot see the VMM's descriptors at all
+	spec, dir := shellSpec(t, `echo init: $(ls /proc/1/fd); echo self: $(ls /proc/self/fd)`)
+	wait(t, startVM(t, dir, spec))
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, spec.ConsoleLog)), "\n") {
+		who, fds, _ := strings.Cut(line, ": ")
+		// stdio, plus the console log in init and the directory ls reads.
+		if n := len(strings.Fields(fds)); n > 4 {
+			t.Errorf("%s holds %d descriptors: %s", who, n, fds)
+		}
+	}
+}
+
 func TestNetworkNone(t *testing.T) {
 	script := `ls /sys/class/net`
 	for _, tt := range []struct {
