@@ -120,12 +120,10 @@ var required = []string{
 var since = map[string]string{
 	"krun_add_vsock_port2":        "1.10",
 	"krun_init_log":               "1.13",
-	"krun_has_feature":            "1.15",
-	"krun_get_max_vcpus":          "1.16",
+	"krun_has_feature":            "1.18",
 	"krun_disable_implicit_vsock": "1.17",
 	"krun_add_vsock":              "1.17",
 	"krun_add_virtiofs3":          "1.18",
-	"krun_disable_implicit_init":  "1.19",
 	"krun_fs_add_overlay_file":    "1.19",
 	"krun_fs_add_overlay_dir":     "1.19",
 }
@@ -387,17 +385,6 @@ func (l *Library) HasFeature(f Feature) (bool, error) {
 	return ret == 1, nil
 }
 
-// MaxVCPUs returns the most vCPUs the hypervisor allows
-// (krun_get_max_vcpus); it fails without KVM.
-func (l *Library) MaxVCPUs() (int, error) {
-	const fn = "krun_get_max_vcpus"
-	if err := l.need(fn); err != nil {
-		return 0, err
-	}
-	ret := l.b.noArgs(fn)
-	return int(ret), check(fn, ret)
-}
-
 // NewContext creates a VM configuration context (krun_create_ctx).
 func (l *Library) NewContext() (*Context, error) {
 	const fn = "krun_create_ctx"
@@ -475,16 +462,6 @@ func (c *Context) AddVirtiofs(tag, hostPath string, readOnly bool) error {
 		return check(fn, c.lib.b.ctxStrStr(fn, c.id, tag, hostPath))
 	}
 	return check(fn, c.lib.b.virtiofs3(c.id, tag, hostPath, 0, readOnly))
-}
-
-// DisableImplicitInit stops libkrun from injecting its init as /init.krun;
-// it must come before [Context.SetRoot].
-func (c *Context) DisableImplicitInit() error {
-	const fn = "krun_disable_implicit_init"
-	if err := c.lib.need(fn); err != nil {
-		return err
-	}
-	return check(fn, c.lib.b.ctx(fn, c.id))
 }
 
 // AddOverlayDir adds an empty read-only virtual directory at path (relative

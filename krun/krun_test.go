@@ -73,7 +73,6 @@ type dump struct {
 	PortMap  []string `json:"port_map"`
 	Vsock    string   `json:"vsock"`
 	TSI      uint32   `json:"tsi_features"`
-	NoInit   bool     `json:"implicit_init_disabled"`
 	Shares   []struct {
 		Tag      string `json:"tag"`
 		Path     string `json:"path"`

@@ -239,8 +239,8 @@ void tk_dump(const struct tk_ctx *c, const char *event)
 	fputs(",\"port_map\":", f);
 	json_strv(f, c->port_map);
 	static const char *vsock_names[] = {"implicit", "disabled", "explicit"};
-	fprintf(f, ",\"vsock\":\"%s\",\"tsi_features\":%" PRIu32 ",\"implicit_init_disabled\":%s,\n\"shares\":[", vsock_names[c->vsock],
-		c->tsi_features, c->implicit_init_disabled ? "true" : "false");
+	fprintf(f, ",\"vsock\":\"%s\",\"tsi_features\":%" PRIu32 ",\n\"shares\":[", vsock_names[c->vsock],
+		c->tsi_features);
 	for (size_t i = 0; i < c->nshares; i++) {
 		fputs(i ? ",{\"tag\":" : "{\"tag\":", f);
 		json_str(f, c->shares[i].tag);
@@ -397,11 +397,6 @@ KRUN_EXPORT int32_t krun_add_virtiofs3(uint32_t ctx_id, const char *tag, const c
 }
 
 /* libkrun 1.19 */
-KRUN_EXPORT int32_t krun_disable_implicit_init(uint32_t ctx_id)
-{
-	WITH_CTX(ctx_id, c, { c->implicit_init_disabled = true; });
-}
-
 static int32_t add_overlay(uint32_t ctx_id, const char *fs_tag, const char *path, struct tk_overlay o)
 {
 	if (!fs_tag || !path || !valid_utf8(fs_tag) || !valid_utf8(path))

@@ -56,7 +56,6 @@ struct tk_ctx {
 	char *workdir;
 	char **rlimits;
 	char *console;
-	bool implicit_init_disabled;
 
 	struct tk_share *shares;
 	size_t nshares;

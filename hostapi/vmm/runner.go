@@ -303,7 +303,7 @@ type ProbeReport struct {
 	// TestDouble is true for krunbox's test double.
 	TestDouble bool `json:"test_double"`
 	// Features maps libkrun's build features to whether it has them;
-	// empty when the library cannot say (before libkrun 1.15).
+	// empty when the library cannot say (before libkrun 1.18).
 	Features map[string]bool `json:"features,omitempty"`
 	// Missing lists the optional functions the library lacks.
 	Missing []string `json:"missing,omitempty"`
