@@ -21,7 +21,7 @@ RUN_CMD   ?= uname -a
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: all build agent krunbox testkrun test unit lint cross pi-test bench bench-oci bench-agent bench-vm bench-sandbox bench-pi run pi-package e2e-bundle clean FORCE
+.PHONY: all build agent krunbox testkrun test unit lint cross pi-test bench bench-oci bench-agent bench-vm bench-sandbox bench-pi run pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -46,13 +46,14 @@ testkrun: $(TESTKRUN)
 
 $(TESTKRUN): $(wildcard hack/testkrun/*.c hack/testkrun/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -fPIC -O2 -g -Wall -Wextra -Werror -Wl,-soname,libkrun.so.1 -o $@ $(filter %.c,$^) -lpthread
+	$(CC) -shared -fPIC -fvisibility=hidden -O2 -g -Wall -Wextra -Werror -Wl,-soname,libkrun.so.1 -o $@ $(filter %.c,$^) -lpthread
 
 ## test: every test: lint, Go unit and end-to-end tests, cross builds, pi extension
 test: lint unit cross pi-test
 
 unit: build testkrun
 	$(TEST_ENV) $(GO) test -count=1 -timeout 20m ./...
+	@[ -r /dev/kvm ] || echo "SKIP: real-libkrun VM tests (no /dev/kvm here); see hack/README.md to run them on a KVM host"
 
 ## lint: gofmt, go vet and staticcheck
 lint:
@@ -66,8 +67,33 @@ cross:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./...
 	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./...
 
+# The pi extension (pi/). Its dependencies come from `npm ci` in pi/ (.ci/run runs it);
+# these targets install nothing. Tests run on the system's node (pi 0.73 on it) and on the
+# Node 22 from pi/node_modules (pi 1.x), see pi/test/e2e/harness.ts.
+PI_PLATFORM = $(shell node -p 'process.platform + "-" + process.arch' 2>/dev/null)
+PI_VERSION  = $(shell node -p 'require("./pi/package.json").version' 2>/dev/null)
+PI_TARBALL  = $(BUILD)/pi-krunbox-$(PI_VERSION).tgz
+PI_DEPS     = @test -d pi/node_modules || { echo "$@: pi/node_modules is missing: run 'npm ci' in pi/ (.ci/run does)"; exit 1; }
+
+## pi-package: the pi extension's npm tarball, with this host's krunbox inside
+pi-package: build pi-tarball
+
+# pi-tarball packs the pi extension with the krunbox already in $(BUILD).
+pi-tarball:
+	@test -x $(BUILD)/krunbox || { echo "$@: $(BUILD)/krunbox is missing: run make build"; exit 1; }
+	rm -rf $(BUILD)/pi-package
+	mkdir -p $(BUILD)/pi-package/bin/$(PI_PLATFORM)
+	cp -R pi/package.json pi/README.md pi/index.ts pi/src $(BUILD)/pi-package/
+	cp $(BUILD)/krunbox $(BUILD)/pi-package/bin/$(PI_PLATFORM)/krunbox
+	cd $(BUILD)/pi-package && npm pack --silent --pack-destination $(BUILD) >/dev/null
+	@echo "$@: $(PI_TARBALL)"
+
+## pi-test: the pi extension: type check, unit, protocol conformance, package, e2e with real pi
 pi-test:
-	cd pi && npm test
+	$(PI_DEPS)
+	@if [ -x $(BUILD)/krunbox ]; then $(MAKE) --no-print-directory pi-tarball; else echo "pi-test: $(BUILD)/krunbox is not built: the package test will SKIP (make build)"; fi
+	cd pi && node_modules/.bin/tsc -p .
+	cd pi && node --import tsx --test --test-reporter=spec test/*.test.ts test/e2e/*.test.ts
 
 ## bench: every benchmark; figures go to BENCHMARKS.md
 bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi
@@ -77,13 +103,22 @@ bench-oci:
 	GO=$(GO) hack/bench-oci.sh
 
 # Each area's benchmark target. Placeholders until the area is written.
-bench-vm bench-sandbox bench-pi:
+bench-sandbox:
 	@echo "$@: not written yet"
 
 ## bench-agent: the guest agent against os/exec and a bare socket pair (BENCHMARKS.md)
 bench-agent:
 	$(GO) test -run '^$$' -bench 'ExecTrue|Ping|SmallFileRead' -benchtime 2000x ./hostapi/
 	$(GO) test -run '^$$' -bench 'FileTransfer' -benchtime 10x ./hostapi/
+
+## bench-pi: tool-call overhead the pi extension adds on a ready sandbox (BENCHMARKS.md)
+bench-pi:
+	$(PI_DEPS)
+	cd pi && node --import tsx bench/overhead.ts
+
+## bench-vm: VM start-up overhead under the test double, against fork/exec
+bench-vm: testkrun
+	$(TEST_ENV) $(GO) test -run '^$$' -bench StartToFirstByte -benchtime 50x -count 3 ./hostapi/vmm
 
 ## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD))
 run: build

@@ -79,6 +79,7 @@ func newRootCmd(s *streams) *cobra.Command {
 		newExportCmd(s),
 		newRmiCmd(s),
 		newPruneCmd(s),
+		newDoctorCmd(s),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(root.FlagErrorFunc())

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/krunbox/krunbox/hostapi"
+	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/krun"
+)
+
+func newDoctorCmd(s *streams) *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Check that this machine can run krunbox VMs",
+		Long: `doctor checks what krunbox needs to run VMs: the platform, the hypervisor
+(/dev/kvm), libkrun and libkrunfw, a libkrun context, the macOS entitlement,
+the state directory and the guest agent. Each line says ✓ or ✗ and, for ✗,
+how to fix it. doctor exits with 1 when "krunbox run" cannot work.
+
+libkrun is loaded in a separate process, so a library that crashes cannot
+take doctor down. KRUNBOX_LIBKRUN names the libkrun file to check.`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if !doctor(s.out) {
+				return exitStatus(1)
+			}
+			return nil
+		},
+	}
+}
+
+// checkList prints check results and remembers whether a required one
+// failed.
+type checkList struct {
+	w      io.Writer
+	failed bool
+}
+
+func (c *checkList) ok(name, format string, a ...any) {
+	fmt.Fprintf(c.w, "✓ %s: %s\n", name, fmt.Sprintf(format, a...))
+}
+
+// bad reports a failed check with its fix; required failures make run
+// impossible.
+func (c *checkList) bad(required bool, name string, err error, fix string) {
+	msg := err.Error()
+	if !required {
+		msg += " (optional)"
+	}
+	fmt.Fprintf(c.w, "✗ %s: %s\n", name, msg)
+	if fix != "" {
+		fmt.Fprintf(c.w, "    fix: %s\n", fix)
+	}
+	c.failed = c.failed || required
+}
+
+func hintOf(err error) string {
+	var h hinter
+	if errors.As(err, &h) {
+		return h.Hint()
+	}
+	return ""
+}
+
+// doctor runs every check, printing one line each, and reports whether
+// "krunbox run" can work.
+func doctor(w io.Writer) bool {
+	c := &checkList{w: w}
+
+	platform := runtime.GOOS + "/" + runtime.GOARCH
+	switch platform {
+	case "linux/amd64", "linux/arm64", "darwin/arm64":
+		c.ok("platform", "%s", platform)
+	default:
+		c.bad(true, "platform", fmt.Errorf("%s is not supported", platform), "krunbox runs on Linux (x86_64, arm64) and macOS on Apple silicon")
+	}
+
+	// The library first: the test double needs no hypervisor.
+	probe, probeErr := vmm.Probe("")
+	kvm := "/dev/kvm"
+	if d := os.Getenv(vmm.KVMDeviceEnv); d != "" {
+		kvm = d
+	}
+	if err := vmm.CheckHypervisor(kvm); err != nil {
+		double := probeErr == nil && probe.TestDouble
+		if double {
+			err = fmt.Errorf("%w; not needed by the test double", err)
+		}
+		c.bad(!double, "hypervisor", err, hintOf(err))
+	} else if runtime.GOOS == "darwin" {
+		c.ok("hypervisor", "Hypervisor.framework available")
+	} else {
+		c.ok("hypervisor", "%s can be opened read-write", kvm)
+	}
+
+	if runtime.GOOS == "linux" {
+		if err := vmm.CheckNamespaces(); err != nil {
+			c.bad(true, "namespaces", err, "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or the AppArmor profile restricting them), or run as root")
+		} else {
+			c.ok("namespaces", "the runner can get its mount and user namespaces")
+		}
+	}
+
+	doctorLibkrun(c, probe, probeErr)
+
+	if runtime.GOOS == "darwin" {
+		doctorEntitlement(c)
+	}
+
+	if dirs, err := hostapi.DefaultDirs(); err != nil {
+		c.bad(true, "state directory", err, "set KRUNBOX_HOME or HOME")
+	} else if err := vmm.CheckStateDir(dirs.State); err != nil {
+		c.bad(true, "state directory", err, "make "+dirs.State+" writable, or set KRUNBOX_HOME to a writable local directory")
+	} else {
+		c.ok("state directory", "%s is writable", dirs.State)
+	}
+
+	if src, size, err := vmm.AgentSource(runtime.GOARCH); err != nil {
+		c.bad(true, "guest agent", err, "")
+	} else {
+		c.ok("guest agent", "linux/%s, %s (%d KiB)", runtime.GOARCH, src, size/1024)
+	}
+	return !c.failed
+}
+
+// doctorLibkrun reports what the probe of libkrun found: the library, its
+// features, libkrunfw and a representative context.
+func doctorLibkrun(c *checkList, r *vmm.ProbeReport, err error) {
+	if err != nil {
+		c.bad(true, "libkrun", err, "the library crashed while being probed: reinstall libkrun, or point "+krun.LibraryEnv+" at a working one")
+		return
+	}
+	if r.LoadErr != "" {
+		c.bad(true, "libkrun", errors.New(r.LoadErr), (&krun.LoadError{}).Hint())
+		return
+	}
+	kind := ""
+	if r.TestDouble {
+		kind = " (krunbox's test double: no VM, for tests)"
+	}
+	c.ok("libkrun", "%s%s", r.Library, kind)
+
+	var have, lack []string
+	for f, ok := range r.Features {
+		if ok {
+			have = append(have, f)
+		} else {
+			lack = append(lack, f)
+		}
+	}
+	sort.Strings(have)
+	switch {
+	case len(r.Missing) > 0:
+		c.bad(false, "libkrun version", fmt.Errorf("lacks %s", strings.Join(r.Missing, ", ")),
+			"install libkrun 1.19 or later: older versions cannot turn networking off, share read-only or serve the agent from memory")
+	case r.Features == nil:
+		c.ok("libkrun features", "unknown (no krun_has_feature)")
+	case len(have) == 0:
+		c.ok("libkrun features", "a default build (none of %d optional features); krunbox needs none", len(lack))
+	default:
+		c.ok("libkrun features", "%s", strings.Join(have, ", "))
+	}
+
+	switch {
+	case r.KrunfwErr == "":
+		c.ok("libkrunfw", "%s, ABI version %d", r.Krunfw, r.KrunfwVersion)
+	case r.TestDouble:
+		c.ok("libkrunfw", "not found, and not needed by the test double")
+	default:
+		c.bad(true, "libkrunfw", errors.New(r.KrunfwErr), "install libkrunfw (libkrunfw.so.5 on Linux, libkrunfw.5.dylib on macOS), which holds the guest kernel libkrun loads")
+	}
+
+	if r.ContextErr != "" {
+		c.bad(r.Missing == nil, "libkrun context", errors.New(r.ContextErr), "")
+	} else {
+		c.ok("libkrun context", "created, configured like a sandbox and freed")
+	}
+}
+
+// doctorEntitlement checks that this executable carries the hypervisor
+// entitlement macOS requires of the process calling krun_start_enter.
+func doctorEntitlement(c *checkList) {
+	exe, err := os.Executable()
+	if err != nil {
+		c.bad(true, "entitlement", err, "")
+		return
+	}
+	out, err := exec.Command("codesign", "-d", "--entitlements", "-", exe).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "com.apple.security.hypervisor") {
+		c.bad(true, "entitlement", fmt.Errorf("%s is not signed with com.apple.security.hypervisor", exe),
+			"codesign --entitlements hack/hvf-entitlements.plist --force -s - "+exe+" (make build does it)")
+		return
+	}
+	c.ok("entitlement", "%s has com.apple.security.hypervisor", exe)
+}

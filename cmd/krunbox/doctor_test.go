@@ -1,0 +1,103 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/testutil/testkrun"
+	"github.com/krunbox/krunbox/krun"
+)
+
+// doctorEnv gives doctor a working machine: the test double, a stand-in KVM
+// device, an agent binary and a fresh state directory.
+func doctorEnv(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	kvm := filepath.Join(dir, "kvm")
+	agent := filepath.Join(dir, "agent")
+	for _, f := range []string{kvm, agent} {
+		if err := os.WriteFile(f, []byte("stand-in"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(krun.LibraryEnv, testkrun.Library(t))
+	t.Setenv(vmm.KVMDeviceEnv, kvm)
+	t.Setenv("KRUNBOX_AGENT", agent)
+	t.Setenv("KRUNBOX_HOME", filepath.Join(dir, "home"))
+}
+
+func TestDoctorAllGood(t *testing.T) {
+	doctorEnv(t)
+	code, out, errOut := runCLI(t, "doctor")
+	if code != 0 || strings.Contains(out, "✗") {
+		t.Fatalf("doctor: code %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"✓ platform", "✓ hypervisor", "✓ libkrun: ", "test double", "✓ libkrun context", "✓ state directory", "✓ guest agent"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDoctorReportsProblemsWithFixes(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   map[string]string
+		want  []string
+		fatal bool
+	}{
+		{"no KVM under the test double", map[string]string{vmm.KVMDeviceEnv: "/nonexistent/kvm"},
+			[]string{"✗ hypervisor: cannot use KVM", "not needed by the test double", "fix: no /nonexistent/kvm"}, false},
+		{"missing libkrun", map[string]string{krun.LibraryEnv: "/nonexistent/libkrun.so.1"},
+			[]string{"✗ libkrun: load libkrun: /nonexistent/libkrun.so.1", "fix: install libkrun"}, true},
+		{"no agent", map[string]string{"KRUNBOX_AGENT": "/nonexistent/agent"},
+			[]string{"✗ guest agent: KRUNBOX_AGENT"}, true},
+		{"unwritable state", map[string]string{"KRUNBOX_HOME": "/proc/krunbox"},
+			[]string{"✗ state directory", "fix: make /proc/krunbox/state writable"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doctorEnv(t)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			code, out, _ := runCLI(t, "doctor")
+			if (code != 0) != tt.fatal {
+				t.Errorf("exit code %d, want failure %v", code, tt.fatal)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+// A library that aborts the process must not take doctor down.
+func TestDoctorSurvivesACrashingLibrary(t *testing.T) {
+	doctorEnv(t)
+	t.Setenv("TMPDIR", t.TempDir())
+	t.Setenv(krun.LibraryEnv, testkrun.AbortingLibrary(t))
+	code, out, _ := runCLI(t, "doctor")
+	if code != 1 || !strings.Contains(out, "✗ libkrun: probe libkrun") || !strings.Contains(out, "SIGABRT") || !strings.Contains(out, "✓ state directory") {
+		t.Fatalf("doctor with an aborting library: code %d\n%s", code, out)
+	}
+}
+
+// The built krunbox is its own VM runner: doctor's probe re-executes it.
+func TestBuiltKrunboxProbesInItself(t *testing.T) {
+	bin := os.Getenv("KRUNBOX_BIN")
+	if bin == "" {
+		t.Skip("KRUNBOX_BIN not set (make test sets it to build/krunbox)")
+	}
+	doctorEnv(t)
+	out, err := exec.Command(bin, "doctor").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "✓ libkrun context") || !strings.Contains(string(out), "test double") {
+		t.Fatalf("%s doctor: %v\n%s", bin, err, out)
+	}
+}

@@ -1,0 +1,142 @@
+package vmm
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+func selfExe() string { return "/proc/self/exe" }
+
+// runnerSysProcAttr gives a process the namespaces the runner enters (see
+// kb_enter_namespaces in monitor_cgo.go): a mount namespace of its own, for
+// the overlay root, and, unless it is root already, a user namespace
+// mapping the caller's uid and gid to 0, so that the guest sees the
+// caller's files (image, writable layer, shares) as owned by root.
+func runnerSysProcAttr() *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	if uid := os.Geteuid(); uid != 0 {
+		a.Cloneflags |= syscall.CLONE_NEWUSER
+		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
+		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		a.GidMappingsEnableSetgroups = false
+	}
+	return a
+}
+
+// setupRoot runs in the runner's own mount namespace: it stops mounts from
+// propagating to the host and mounts the overlay root, if any.
+func setupRoot(r Root) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	unix.CloseOnExec(fdLock) // the guest program must not inherit the VM's lock
+	if !r.IsOverlay() {
+		return nil
+	}
+	opts := "lowerdir=" + r.Lower + ",upperdir=" + r.Upper + ",workdir=" + r.Work
+	err := unix.Mount("overlay", r.Merged, "overlay", 0, opts)
+	if errors.Is(err, unix.EINVAL) && os.Getuid() == 0 && inUserNamespace() {
+		// Kernels before 5.11 do not imply user xattrs in a user namespace.
+		err = unix.Mount("overlay", r.Merged, "overlay", 0, opts+",userxattr")
+	}
+	if err != nil {
+		return fmt.Errorf("mount overlay on %s (%s): %w", r.Merged, opts, err)
+	}
+	return nil
+}
+
+func inUserNamespace() bool {
+	data, err := os.ReadFile("/proc/self/uid_map")
+	return err == nil && !strings.Contains(string(data), "4294967295")
+}
+
+// CheckHypervisor checks that the KVM device dev (normally /dev/kvm) can be
+// opened read-write, which libkrun needs and, without it, aborts.
+func CheckHypervisor(dev string) error { return checkHypervisor(dev) }
+
+func checkHypervisor(dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err == nil {
+		f.Close()
+		return nil
+	}
+	e := &HypervisorError{Err: fmt.Errorf("cannot use KVM: %w", err)}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		e.hint = "no " + dev + ": enable virtualisation (VT-x/AMD-V) in the firmware and load kvm_intel or kvm_amd; " +
+			"inside a VM enable nested virtualisation; WSL2 and containers need " + dev + " passed through"
+	case errors.Is(err, fs.ErrPermission):
+		e.hint = "add yourself to the group owning " + dev + " (usually kvm: sudo usermod -aG kvm $USER) and log in again"
+	default:
+		e.hint = "check that " + dev + " is the KVM device and that the kvm module is loaded"
+	}
+	return e
+}
+
+// processStartTime returns the start time of process pid in clock ticks
+// since boot (field 22 of /proc/<pid>/stat).
+func processStartTime(pid int) (uint64, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// signalProcess signals the runner through a pidfd checked to be the
+// process that wrote the pid file, so a reused pid is never signalled.
+func signalProcess(ri *RunnerInfo, sig syscall.Signal) error {
+	fd, err := unix.PidfdOpen(ri.Pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return ErrNotRunning
+	}
+	if err != nil {
+		return fmt.Errorf("signal VM runner %d: %w", ri.Pid, err)
+	}
+	defer unix.Close(fd)
+	if st, err := processStartTime(ri.Pid); err != nil || st != ri.StartTime {
+		return ErrNotRunning
+	}
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return ErrNotRunning
+		}
+		return fmt.Errorf("signal VM runner %d: %w", ri.Pid, err)
+	}
+	return nil
+}
+
+// shortSocketPath returns a path to the unix socket p that fits in
+// sun_path: p itself, or /proc/self/fd/N/<name> through a descriptor of
+// its directory that this process keeps open.
+func shortSocketPath(p string) (string, error) {
+	if len(p) <= maxSocketPath {
+		return p, nil
+	}
+	fd, err := unix.Open(filepath.Dir(p), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("open the directory of %s: %w", p, err)
+	}
+	short := "/proc/self/fd/" + strconv.Itoa(fd) + "/" + filepath.Base(p)
+	if len(short) > maxSocketPath {
+		unix.Close(fd)
+		return "", fmt.Errorf("socket name %q too long", filepath.Base(p))
+	}
+	return short, nil
+}

@@ -1,0 +1,430 @@
+package vmm
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/krunbox/krunbox/krun"
+)
+
+// roleEnv carries the role of a re-executed runner process. It is removed
+// from the environment before anything else runs.
+const roleEnv = "_KRUNBOX_VMM_ROLE"
+
+// Roles of a re-executed process.
+const (
+	roleRunner = "vm"    // becomes the VM (after the C monitor forked it, monitor_cgo.go)
+	roleProbe  = "probe" // loads libkrun for Probe and reports
+)
+
+// KVMDeviceEnv overrides the device the runner checks before touching
+// libkrun, for tests: when set, the check is made even under the test
+// double, so a missing file simulates a host without KVM.
+const KVMDeviceEnv = "KRUNBOX_KVM_DEVICE"
+
+// Exit codes of the runner when it gives up before the VM boots.
+const (
+	// ExitRunnerFailed: no KVM, no libkrun, a configuration libkrun
+	// refused. The log says which.
+	ExitRunnerFailed = 125
+)
+
+// Fds the runner (and its monitor) inherit from Start.
+const (
+	fdLock  = 3
+	fdReady = 4
+)
+
+// The runner entry point: a process started by Start carries roleEnv, and
+// this package's init turns it into the runner before main (or any package
+// that imports this one) runs. Any program importing hostapi/vmm, directly
+// or through hostapi, is therefore its own VM runner with no extra line in
+// main and no separate binary.
+func init() {
+	role, ok := os.LookupEnv(roleEnv)
+	if !ok {
+		return
+	}
+	os.Unsetenv(roleEnv)
+	os.Exit(runRole(role, os.Args[1:]))
+}
+
+func runRole(role string, args []string) int {
+	switch {
+	case role == roleRunner && len(args) == 1:
+		return runnerMain(args[0])
+	case role == roleProbe && len(args) == 1:
+		return probeMain(args[0])
+	case role == roleNamespaces:
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "krunbox runner: bad invocation (role %q, args %q)\n", role, args)
+	return ExitRunnerFailed
+}
+
+// fail reports why the runner gives up and returns its exit code.
+func fail(format string, a ...any) int {
+	fmt.Fprintf(os.Stderr, "krunbox runner: "+format+"\n", a...)
+	return ExitRunnerFailed
+}
+
+// runnerMain configures libkrun from the spec and becomes the VM.
+func runnerMain(dir string) int {
+	ready := os.NewFile(fdReady, "ready")
+	spec, err := ReadSpec(dir)
+	if err != nil {
+		return fail("%v", err)
+	}
+
+	// libkrun aborts the process without KVM, so check first; only the
+	// test double, which exports a marker, runs without it.
+	dev, forced := os.LookupEnv(KVMDeviceEnv)
+	if !forced {
+		dev = "/dev/kvm"
+	}
+	kvmErr := checkHypervisor(dev)
+	lib, err := krun.Open(spec.Library)
+	if kvmErr != nil && (forced || err != nil || !lib.IsTestDouble()) {
+		if err != nil {
+			return fail("%v; and %v", kvmErr, err)
+		}
+		return fail("%v", kvmErr)
+	}
+	if err != nil {
+		return fail("%v", err)
+	}
+
+	if err := setupRoot(spec.Root); err != nil {
+		return fail("root filesystem: %v", err)
+	}
+	if err := raiseNofile(); err != nil {
+		return fail("raise RLIMIT_NOFILE: %v", err)
+	}
+	ctx, err := configure(lib, spec)
+	if err != nil {
+		return fail("configure libkrun: %v", err)
+	}
+	if err := writeRunnerInfo(dir); err != nil {
+		return fail("%v", err)
+	}
+
+	os.Stdout.Sync()
+	os.Stderr.Sync()
+	ready.Write([]byte{'R'})
+	ready.Close()
+	err = ctx.StartEnter() // returns only if the VM could not be built
+	return fail("start the VM: %v", err)
+}
+
+// configure creates and configures the libkrun context for spec.
+func configure(lib *krun.Library, spec *Spec) (*krun.Context, error) {
+	if spec.LogLevel > 0 {
+		err := lib.InitLog(2, spec.LogLevel)
+		if errors.Is(err, krun.ErrUnsupported) {
+			err = lib.SetLogLevel(spec.LogLevel)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	ctx, err := lib.NewContext()
+	if err != nil {
+		return nil, err
+	}
+	steps := []func() error{
+		func() error {
+			if spec.VCPUs == 0 && spec.MemoryMiB == 0 {
+				return nil
+			}
+			return ctx.SetVMConfig(max(spec.VCPUs, 1), cmpOr(spec.MemoryMiB, 128))
+		},
+		func() error { return ctx.SetRoot(spec.Root.Path()) },
+		func() error { return placeFiles(ctx, lib, spec) },
+		func() error {
+			for _, sh := range spec.Shares {
+				if err := ctx.AddVirtiofs(sh.Tag, sh.HostPath, sh.ReadOnly); err != nil {
+					return fmt.Errorf("share %s: %w", sh.Tag, err)
+				}
+			}
+			return nil
+		},
+		func() error { return ctx.SetExec(spec.Exec.Path, spec.Exec.Args, spec.Exec.Env) },
+		func() error {
+			if spec.Workdir == "" {
+				return nil
+			}
+			return ctx.SetWorkdir(spec.Workdir)
+		},
+		func() error {
+			if len(spec.Rlimits) == 0 {
+				return nil
+			}
+			return ctx.SetRlimits(spec.krunRlimits())
+		},
+		func() error {
+			if spec.Network != NetworkNone {
+				return nil
+			}
+			if err := ctx.DisableImplicitVsock(); err != nil {
+				return fmt.Errorf("network none: %w", err)
+			}
+			if err := ctx.AddVsock(0); err != nil {
+				return fmt.Errorf("network none: %w", err)
+			}
+			return nil
+		},
+		func() error {
+			for _, p := range spec.Vsock {
+				path, err := shortSocketPath(p.HostPath)
+				if err != nil {
+					return fmt.Errorf("vsock port %d: %w", p.Port, err)
+				}
+				if err := ctx.AddVsockPort(p.Port, path, p.Listen); err != nil {
+					return fmt.Errorf("vsock port %d: %w", p.Port, err)
+				}
+			}
+			return nil
+		},
+		func() error {
+			if len(spec.PortMap) == 0 {
+				return nil
+			}
+			return ctx.SetPortMap(spec.portMap())
+		},
+		func() error {
+			if spec.ConsoleLog == "" {
+				return nil
+			}
+			return ctx.SetConsoleOutput(spec.ConsoleLog)
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			ctx.Free()
+			return nil, err
+		}
+	}
+	return ctx, nil
+}
+
+func cmpOr(v, def uint32) uint32 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// placeFiles puts spec.Files into the guest. A file whose top-level
+// directory is absent from the image becomes a libkrun overlay file (in
+// overlay directories), leaving the root untouched; the others, and all of
+// them when the library has no overlay files, are written into the
+// writable root.
+func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
+	overlay := lib.Has("krun_fs_add_overlay_file") && lib.Has("krun_fs_add_overlay_dir")
+	lower := spec.Root.Path()
+	if spec.Root.IsOverlay() {
+		lower = spec.Root.Lower
+	}
+	dirs := map[string]bool{}
+	for _, f := range spec.Files {
+		data := f.Data
+		if f.Source != "" {
+			var err error
+			if data, err = os.ReadFile(f.Source); err != nil {
+				return fmt.Errorf("file %s: %w", f.Path, err)
+			}
+		}
+		rel := strings.TrimPrefix(f.Path, "/")
+		top, _, nested := strings.Cut(rel, "/")
+		_, statErr := os.Lstat(filepath.Join(lower, top))
+		if overlay && (!nested || errors.Is(statErr, fs.ErrNotExist)) {
+			parts := strings.Split(rel, "/")
+			for i := 1; i < len(parts); i++ {
+				d := strings.Join(parts[:i], "/")
+				if dirs[d] {
+					continue
+				}
+				if err := ctx.AddOverlayDir(krun.RootTag, d, unix.S_IFDIR|0o755); err != nil {
+					return fmt.Errorf("file %s: %w", f.Path, err)
+				}
+				dirs[d] = true
+			}
+			if err := ctx.AddOverlayFile(krun.RootTag, rel, data, unix.S_IFREG|uint32(f.Mode.Perm()), false); err != nil {
+				return fmt.Errorf("file %s: %w", f.Path, err)
+			}
+			continue
+		}
+		dst := filepath.Join(spec.Root.Path(), rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("file %s: %w", f.Path, err)
+		}
+		if err := writeFileAtomic(dst, data, f.Mode.Perm()); err != nil {
+			return fmt.Errorf("file %s: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+// writeRunnerInfo records the runner's pid and start time.
+func writeRunnerInfo(dir string) error {
+	st, err := processStartTime(os.Getpid())
+	if err != nil {
+		return fmt.Errorf("runner start time: %w", err)
+	}
+	data, _ := json.Marshal(RunnerInfo{Pid: os.Getpid(), StartTime: st, Monitor: os.Getppid()})
+	return writeFileAtomic(filepath.Join(dir, PidFile), append(data, '\n'), 0o600)
+}
+
+func raiseNofile() error {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return err
+	}
+	rl.Cur = rl.Max
+	return unix.Setrlimit(unix.RLIMIT_NOFILE, &rl)
+}
+
+// maxSocketPath is the longest unix socket path every platform accepts
+// (sun_path is 104 bytes on macOS, 108 on Linux, NUL included).
+const maxSocketPath = 103
+
+// ProbeReport is what [Probe] found out about a libkrun library.
+type ProbeReport struct {
+	// Library is the file loaded.
+	Library string `json:"library"`
+	// TestDouble is true for krunbox's test double.
+	TestDouble bool `json:"test_double"`
+	// Features maps libkrun's build features to whether it has them;
+	// empty when the library cannot say (before libkrun 1.18).
+	Features map[string]bool `json:"features,omitempty"`
+	// Missing lists the optional functions the library lacks.
+	Missing []string `json:"missing,omitempty"`
+	// Krunfw is the libkrunfw file and Version its version; KrunfwErr
+	// says why it could not be loaded.
+	Krunfw        string `json:"krunfw,omitempty"`
+	KrunfwVersion int    `json:"krunfw_version,omitempty"`
+	KrunfwErr     string `json:"krunfw_error,omitempty"`
+	// ContextErr, when not empty, says what failed while creating,
+	// configuring and freeing a representative context.
+	ContextErr string `json:"context_error,omitempty"`
+	// LoadErr, when not empty, says why the library could not be loaded.
+	LoadErr string `json:"load_error,omitempty"`
+}
+
+// probeMain loads libkrun (path, or the default search when "-"), runs it
+// through a representative configuration and prints a ProbeReport.
+func probeMain(path string) int {
+	if path == "-" {
+		path = ""
+	}
+	var r ProbeReport
+	lib, err := krun.Open(path)
+	if err != nil {
+		r.LoadErr = err.Error()
+	} else {
+		r.Library, r.TestDouble = lib.Path(), lib.IsTestDouble()
+		for _, f := range krun.AllFeatures() {
+			ok, err := lib.HasFeature(f)
+			if err != nil {
+				break
+			}
+			if r.Features == nil {
+				r.Features = map[string]bool{}
+			}
+			r.Features[f.String()] = ok
+		}
+		for _, fn := range optionalFuncs {
+			if !lib.Has(fn) {
+				r.Missing = append(r.Missing, fn)
+			}
+		}
+		if err := probeContext(lib); err != nil {
+			r.ContextErr = err.Error()
+		}
+	}
+	if f, v, err := krun.KrunfwVersion(); err != nil {
+		r.KrunfwErr = err.Error()
+	} else {
+		r.Krunfw, r.KrunfwVersion = f, v
+	}
+	json.NewEncoder(os.Stdout).Encode(&r)
+	return 0
+}
+
+// optionalFuncs are the functions krunbox uses that older libkrun lacks.
+var optionalFuncs = []string{
+	"krun_add_vsock_port2", "krun_init_log", "krun_has_feature", "krun_disable_implicit_vsock",
+	"krun_add_vsock", "krun_add_virtiofs3", "krun_fs_add_overlay_file", "krun_fs_add_overlay_dir",
+}
+
+// probeContext creates a context, configures it like a sandbox and frees it.
+func probeContext(lib *krun.Library) error {
+	tmp, err := os.MkdirTemp("", "krunbox-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	spec := &Spec{
+		VCPUs: 2, MemoryMiB: 512,
+		Root:       Root{Dir: tmp},
+		Shares:     []Share{{Tag: "krunbox-probe", HostPath: tmp, ReadOnly: true}},
+		Exec:       Exec{Path: "/.krunbox/krunbox-agent", Env: []string{"PATH=/usr/bin:/bin"}},
+		Workdir:    "/",
+		Rlimits:    []Rlimit{{Resource: "nofile", Cur: 4096, Max: 4096}},
+		Vsock:      []VsockPort{{Port: 1024, HostPath: filepath.Join(tmp, "agent.sock"), Listen: true}},
+		Network:    NetworkNone,
+		ConsoleLog: filepath.Join(tmp, "console.log"),
+		Files:      []File{{Path: "/.krunbox/agent.json", Mode: 0o644, Data: []byte("{}")}},
+	}
+	ctx, err := configure(lib, spec)
+	if err != nil {
+		return err
+	}
+	return ctx.Free()
+}
+
+// Probe loads libkrun in a child process (path, or the default search when
+// empty), so that a library that aborts cannot take the caller down, and
+// reports what it found.
+func Probe(path string) (*ProbeReport, error) {
+	if path == "" {
+		path = "-"
+	}
+	cmd := selfCommand(roleProbe, path)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("probe libkrun: %s", crashSummary(err, errOut.String()))
+	}
+	var r ProbeReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		return nil, fmt.Errorf("probe libkrun: %w", err)
+	}
+	return &r, nil
+}
+
+// crashSummary describes how a child process that loaded libkrun failed:
+// its own message, without the Go runtime's goroutine dump.
+func crashSummary(err error, stderr string) string {
+	msg := stderr
+	if i := strings.Index(msg, "\ngoroutine "); i >= 0 {
+		msg = msg[:i]
+	}
+	msg = strings.TrimSpace(msg)
+	if strings.Contains(msg, "SIGABRT: abort") {
+		// The Go runtime reports a C abort() as a crash, exit status 2.
+		msg = "the library aborted the process (SIGABRT): " + strings.TrimSpace(msg[:strings.Index(msg, "SIGABRT: abort")])
+	}
+	if len(msg) > 1000 {
+		msg = msg[:1000] + "..."
+	}
+	return fmt.Sprintf("%v: %s", err, strings.ReplaceAll(msg, "\n", "; "))
+}

@@ -1,0 +1,92 @@
+package vmm
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func validSpec() *Spec {
+	return &Spec{
+		Root: Root{Dir: "/r"},
+		Exec: Exec{Path: "/bin/sh", Args: []string{"-c", "true"}, Env: []string{"PATH=/bin"}},
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(s *Spec)
+		want   string // "" for valid
+	}{
+		{"valid", func(*Spec) {}, ""},
+		{"overlay root", func(s *Spec) { s.Root = Root{Lower: "/l", Upper: "/u", Work: "/w", Merged: "/m"} }, ""},
+		{"no root", func(s *Spec) { s.Root = Root{} }, "root: no directory"},
+		{"both roots", func(s *Spec) { s.Root.Lower = "/l" }, "not both"},
+		{"relative root", func(s *Spec) { s.Root.Dir = "r" }, "absolute"},
+		{"comma in overlay path", func(s *Spec) { s.Root = Root{Lower: "/l,x", Upper: "/u", Work: "/w", Merged: "/m"} }, "overlayfs cannot take"},
+		{"long tag", func(s *Spec) { s.Shares = []Share{{Tag: strings.Repeat("t", 37), HostPath: "/h"}} }, "want 1 to 36 bytes"},
+		{"root tag", func(s *Spec) { s.Shares = []Share{{Tag: "/dev/root", HostPath: "/h"}} }, "share tag"},
+		{"duplicate tag", func(s *Spec) { s.Shares = []Share{{Tag: "a", HostPath: "/h"}, {Tag: "a", HostPath: "/i"}} }, "used twice"},
+		{"no program", func(s *Spec) { s.Exec.Path = "" }, "no program"},
+		{"space in program", func(s *Spec) { s.Exec.Path = "/bin/my prog" }, "spaces"},
+		{"quote in argument", func(s *Spec) { s.Exec.Args = []string{`say "hi"`} }, `cannot pass '"'`},
+		{"too many env entries", func(s *Spec) { s.Exec.Env = make([]string, MaxEnv+1) }, "environment entries"},
+		{"env without =", func(s *Spec) { s.Exec.Env = []string{"PATH"} }, "KEY=VALUE"},
+		{"dot in env key", func(s *Spec) { s.Exec.Env = []string{"a.b=c"} }, "KEY=VALUE"},
+		{"command line too long", func(s *Spec) { s.Exec.Args = []string{strings.Repeat("x", MaxCommandLine)} }, "kernel command line"},
+		{"relative workdir", func(s *Spec) { s.Workdir = "tmp" }, "workdir"},
+		{"unknown rlimit", func(s *Spec) { s.Rlimits = []Rlimit{{Resource: "files", Cur: 1, Max: 1}} }, "unknown resource"},
+		{"rlimit cur above max", func(s *Spec) { s.Rlimits = []Rlimit{{Resource: "nofile", Cur: 2, Max: 1}} }, "above max"},
+		{"duplicate vsock port", func(s *Spec) { s.Vsock = []VsockPort{{Port: 1, HostPath: "/a"}, {Port: 1, HostPath: "/b"}} }, "mapped twice"},
+		{"unknown network", func(s *Spec) { s.Network = "bridge" }, "network"},
+		{"port map without network", func(s *Spec) { s.Network = NetworkNone; s.PortMap = []PortMapping{{Host: 80, Guest: 80}} }, "needs network"},
+		{"duplicate host port", func(s *Spec) { s.PortMap = []PortMapping{{Host: 80, Guest: 80}, {Host: 80, Guest: 81}} }, "mapped twice"},
+		{"file without content", func(s *Spec) { s.Files = []File{{Path: "/f", Mode: 0o644}} }, "exactly one of source and data"},
+		{"file with both", func(s *Spec) { s.Files = []File{{Path: "/f", Source: "/s", Data: []byte("x")}} }, "exactly one"},
+		{"unclean file path", func(s *Spec) { s.Files = []File{{Path: "/a/../f", Data: []byte("x")}} }, "clean absolute"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := validSpec()
+			tt.change(s)
+			err := s.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSpecRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	s := validSpec()
+	s.Files = []File{{Path: "/.krunbox/agent.json", Mode: 0o644, Data: []byte(`{"a":1}`)}}
+	s.Rlimits = []Rlimit{{Resource: "nofile", Cur: 10, Max: 20}}
+	s.PortMap = []PortMapping{{Host: 8080, Guest: 80}}
+	if err := WriteSpec(dir, s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadSpec(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, s) {
+		t.Errorf("read back %+v, want %+v", got, s)
+	}
+	if rl := got.krunRlimits(); rl[0].Resource != 7 || rl[0].String() != "7=10:20" {
+		t.Errorf("rlimits for libkrun: %v", rl)
+	}
+	if pm := got.portMap(); len(pm) != 1 || pm[0] != "8080:80" {
+		t.Errorf("port map for libkrun: %v", pm)
+	}
+	if err := WriteSpec(dir, &Spec{}); err == nil {
+		t.Error("WriteSpec stored an invalid spec")
+	}
+}

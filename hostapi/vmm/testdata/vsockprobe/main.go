@@ -1,0 +1,71 @@
+// Command vsockprobe is a guest workload for the VM tests: a small static
+// program that talks over vsock through guestagent/vmdev.
+//
+//	vsockprobe dial PORT MSG    connect to the host on PORT, send MSG, copy the reply to stdout
+//	vsockprobe serve PORT       accept one host connection on PORT, reply "guest:" + what it read
+//	vsockprobe hello PORT       connect to the host on PORT and write one byte, then exit (benchmark)
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/krunbox/krunbox/guestagent/vmdev"
+)
+
+func main() {
+	if len(os.Args) < 3 {
+		fail(fmt.Errorf("usage: vsockprobe dial|serve|hello PORT [MSG]"))
+	}
+	port64, err := strconv.ParseUint(os.Args[2], 10, 32)
+	if err != nil {
+		fail(err)
+	}
+	port := uint32(port64)
+	switch os.Args[1] {
+	case "hello":
+		c, err := vmdev.Dial(port)
+		if err != nil {
+			fail(err)
+		}
+		c.Write([]byte{'!'})
+		c.Close()
+	case "dial":
+		c, err := vmdev.Dial(port)
+		if err != nil {
+			fail(err)
+		}
+		if _, err := io.WriteString(c, os.Args[3]); err != nil {
+			fail(err)
+		}
+		c.(interface{ CloseWrite() error }).CloseWrite()
+		if _, err := io.Copy(os.Stdout, c); err != nil {
+			fail(err)
+		}
+	case "serve":
+		l, err := vmdev.Listen(port)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Println("listening")
+		c, err := l.Accept()
+		if err != nil {
+			fail(err)
+		}
+		msg, err := io.ReadAll(c)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Fprintf(c, "guest:%s", msg)
+		c.Close()
+	default:
+		fail(fmt.Errorf("unknown mode %q", os.Args[1]))
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "vsockprobe:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,671 @@
+package krun
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+)
+
+// LibraryEnv names an environment variable that, when set, is the only
+// libkrun file [Open] with an empty path loads.
+const LibraryEnv = "KRUNBOX_LIBKRUN"
+
+// RootTag is the virtio-fs tag of the guest root filesystem (KRUN_FS_ROOT_TAG).
+const RootTag = "/dev/root"
+
+// MaxTagLen is the longest virtio-fs tag libkrun accepts, in bytes. A longer
+// tag makes libkrun panic (abort the process) when the VM starts.
+const MaxTagLen = 36
+
+// MaxArrayLen is the number of entries libkrun reads from a NULL-terminated
+// string array; it silently ignores the rest.
+const MaxArrayLen = 4096
+
+// TestDoubleMarker is a symbol exported only by krunbox's libkrun test double
+// (hack/testkrun). A library exporting it needs no /dev/kvm.
+const TestDoubleMarker = "krunbox_testkrun"
+
+// ErrNoCgo is returned by [Open] in a krunbox built without cgo.
+var ErrNoCgo = errors.New("krunbox was built without cgo, so it cannot load libkrun: rebuild it with CGO_ENABLED=1 and a C compiler")
+
+// ErrUnsupported is matched (errors.Is) by the error of a method whose C
+// function the loaded library does not export.
+var ErrUnsupported = errors.New("not supported by this libkrun")
+
+// ErrLoggerInitialized is matched by the error of a second logger
+// initialisation in one process: libkrun would abort the process.
+var ErrLoggerInitialized = errors.New("libkrun's logger is already initialised in this process (a second initialisation would abort it)")
+
+// Error is a failure reported by a libkrun function, or a call the binding
+// refused because libkrun would have crashed or misread it.
+type Error struct {
+	// Func is the C function, such as "krun_set_exec".
+	Func string
+	// Errno is the negated return value, such as syscall.EINVAL.
+	Errno syscall.Errno
+	// Detail, when not empty, says why the binding refused the call
+	// before reaching libkrun.
+	Detail string
+}
+
+func (e *Error) Error() string {
+	name := errnoName(e.Errno)
+	if e.Detail != "" {
+		return fmt.Sprintf("%s: %s (%s)", e.Func, e.Detail, name)
+	}
+	return fmt.Sprintf("%s: %v (%s)", e.Func, e.Errno, name)
+}
+
+// Unwrap returns the errno, so errors.Is(err, syscall.EINVAL) works.
+func (e *Error) Unwrap() error { return e.Errno }
+
+// errnoName returns the symbolic name of an errno, such as "EINVAL".
+func errnoName(e syscall.Errno) string {
+	if n, ok := errnoNames[e]; ok {
+		return n
+	}
+	return "errno " + strconv.Itoa(int(e))
+}
+
+var errnoNames = map[syscall.Errno]string{
+	syscall.EPERM: "EPERM", syscall.ENOENT: "ENOENT", syscall.EIO: "EIO",
+	syscall.E2BIG: "E2BIG", syscall.EBADF: "EBADF", syscall.ENOMEM: "ENOMEM",
+	syscall.EACCES: "EACCES", syscall.EBUSY: "EBUSY", syscall.EEXIST: "EEXIST",
+	syscall.ENODEV: "ENODEV", syscall.ENOTDIR: "ENOTDIR", syscall.EINVAL: "EINVAL",
+	syscall.ENOTTY: "ENOTTY", syscall.ENOSPC: "ENOSPC", syscall.ENOSYS: "ENOSYS",
+	syscall.ENOTSUP: "ENOTSUP",
+}
+
+// UnsupportedError reports a C function missing from the loaded library.
+type UnsupportedError struct {
+	// Func is the missing C function.
+	Func string
+	// Library is the file that lacks it.
+	Library string
+}
+
+func (e *UnsupportedError) Error() string {
+	msg := fmt.Sprintf("%s: not exported by %s", e.Func, e.Library)
+	if v := since[e.Func]; v != "" {
+		msg += " (needs libkrun " + v + " or later"
+		if strings.HasPrefix(e.Func, "krun_add_net") {
+			msg += " built with NET"
+		}
+		msg += ")"
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrUnsupported) true.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// required are the functions every supported libkrun (1.8 and later)
+// exports; [Open] fails when one is missing.
+var required = []string{
+	"krun_set_log_level", "krun_create_ctx", "krun_free_ctx", "krun_set_vm_config",
+	"krun_set_root", "krun_add_virtiofs", "krun_set_exec", "krun_set_env",
+	"krun_set_workdir", "krun_set_rlimits", "krun_add_vsock_port", "krun_set_port_map",
+	"krun_set_console_output", "krun_start_enter",
+}
+
+// since gives the libkrun release that introduced each optional function.
+var since = map[string]string{
+	"krun_add_vsock_port2":        "1.10",
+	"krun_init_log":               "1.13",
+	"krun_has_feature":            "1.18",
+	"krun_disable_implicit_vsock": "1.17",
+	"krun_add_vsock":              "1.17",
+	"krun_add_virtiofs3":          "1.18",
+	"krun_fs_add_overlay_file":    "1.19",
+	"krun_fs_add_overlay_dir":     "1.19",
+}
+
+// Feature is a build-time feature of libkrun (krun_has_feature).
+type Feature uint64
+
+// Features known to libkrun 1.19.
+const (
+	FeatureNet Feature = iota
+	FeatureBlk
+	FeatureGPU
+	FeatureSnd
+	FeatureInput
+	FeatureEFI
+	FeatureTEE
+	FeatureAMDSEV
+	FeatureIntelTDX
+	FeatureAWSNitro
+	FeatureVirglResourceMap2
+	FeatureInitBlob
+)
+
+var featureNames = []string{"net", "blk", "gpu", "snd", "input", "efi", "tee", "amd-sev", "intel-tdx", "aws-nitro", "virgl-resource-map2", "init-blob"}
+
+// AllFeatures lists every feature libkrun 1.19 knows.
+func AllFeatures() []Feature {
+	fs := make([]Feature, len(featureNames))
+	for i := range fs {
+		fs[i] = Feature(i)
+	}
+	return fs
+}
+
+func (f Feature) String() string {
+	if int(f) < len(featureNames) {
+		return featureNames[f]
+	}
+	return "feature-" + strconv.FormatUint(uint64(f), 10)
+}
+
+// TSIFeatures selects what Transparent Socket Impersonation hijacks in the
+// guest (krun_add_vsock); 0 gives vsock without TSI.
+type TSIFeatures uint32
+
+// TSI flags of krun_add_vsock.
+const (
+	TSIHijackInet TSIFeatures = 1
+	TSIHijackUnix TSIFeatures = 2
+)
+
+// LogLevel is libkrun's log level.
+type LogLevel uint32
+
+// Log levels of krun_set_log_level and krun_init_log.
+const (
+	LogOff LogLevel = iota
+	LogError
+	LogWarn
+	LogInfo
+	LogDebug
+	LogTrace
+)
+
+// Rlimit is a resource limit libkrun's init applies in the guest.
+type Rlimit struct {
+	// Resource is the numeric Linux RLIMIT_* id of the guest (7 for
+	// RLIMIT_NOFILE); libkrun's init accepts only numbers.
+	Resource int
+	Cur, Max uint64
+}
+
+// String formats the limit the way krun_set_rlimits wants it: "id=cur:max".
+func (r Rlimit) String() string { return fmt.Sprintf("%d=%d:%d", r.Resource, r.Cur, r.Max) }
+
+// Candidates returns the files [Open] tries, in order, when given no path:
+// the file named by KRUNBOX_LIBKRUN alone when it is set, otherwise the
+// platform's library names (resolved by the dynamic loader) and, on macOS,
+// Homebrew's directories.
+func Candidates() []string {
+	if p := os.Getenv(LibraryEnv); p != "" {
+		return []string{p}
+	}
+	return platformNames("libkrun.so.1", "libkrun.1.dylib")
+}
+
+// KrunfwCandidates returns the files tried for libkrunfw, the guest kernel
+// library libkrun loads by name.
+func KrunfwCandidates() []string {
+	return platformNames("libkrunfw.so.5", "libkrunfw.5.dylib")
+}
+
+func platformNames(linux, darwin string) []string {
+	if runtime.GOOS == "darwin" {
+		return []string{darwin, filepath.Join("/opt/homebrew/lib", darwin), filepath.Join("/usr/local/lib", darwin)}
+	}
+	return []string{linux}
+}
+
+// LoadError reports that no libkrun could be loaded.
+type LoadError struct {
+	// Tried lists the files tried, in order, and Errs the dynamic
+	// loader's complaint about each.
+	Tried []string
+	Errs  []string
+}
+
+func (e *LoadError) Error() string {
+	var b strings.Builder
+	b.WriteString("load libkrun: ")
+	for i := range e.Tried {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(e.Errs[i])
+	}
+	return b.String()
+}
+
+// Hint says how to fix a missing library.
+func (e *LoadError) Hint() string {
+	if runtime.GOOS == "darwin" {
+		return "install libkrun (brew tap slp/krun && brew install libkrun), or set " + LibraryEnv + " to its file"
+	}
+	return "install libkrun (libkrun.so.1, version 1.17 or later) where the dynamic loader finds it, or set " + LibraryEnv + " to its file"
+}
+
+// Library is a loaded libkrun. It is never unloaded: libkrun keeps
+// process-wide state (contexts, the logger) that dlclose would pull from
+// under it.
+type Library struct {
+	b backend
+}
+
+// backend is the C side: dlopen'ed symbols and one caller per C prototype.
+// Only the cgo build implements it.
+type backend interface {
+	path() string
+	has(name string) bool
+	noArgs(name string) int32
+	u32(name string, v uint32) int32
+	initLog(fd int32, level, style, options uint32) int32
+	hasFeature(f uint64) int32
+	ctx(name string, ctx uint32) int32
+	ctxU32(name string, ctx, v uint32) int32
+	vmConfig(ctx uint32, vcpus uint8, ramMiB uint32) int32
+	ctxStr(name string, ctx uint32, s string) int32
+	ctxStrStr(name string, ctx uint32, a, b string) int32
+	virtiofs3(ctx uint32, tag, path string, shmSize uint64, readOnly bool) int32
+	ctxStrs(name string, ctx uint32, arr []string) int32
+	exec(ctx uint32, path string, argv, envp []string) int32
+	vsockPort(name string, ctx, port uint32, path string, listen bool) int32
+	overlayFile(ctx uint32, tag, path string, data unsafe.Pointer, n uintptr, mode uint32, oneShot bool) int32
+	overlayDir(ctx uint32, tag, path string, mode uint32) int32
+	alloc(data []byte) unsafe.Pointer
+	free(p unsafe.Pointer)
+}
+
+// Open loads libkrun from path, or from [Candidates] when path is empty,
+// and checks that it exports the functions of libkrun 1.8.
+func Open(path string) (*Library, error) {
+	cands := []string{path}
+	if path == "" {
+		cands = Candidates()
+	}
+	le := &LoadError{}
+	for _, c := range cands {
+		b, err := open(c)
+		if err != nil {
+			if errors.Is(err, ErrNoCgo) {
+				return nil, err
+			}
+			le.Tried = append(le.Tried, c)
+			le.Errs = append(le.Errs, err.Error())
+			continue
+		}
+		for _, name := range required {
+			if !b.has(name) {
+				return nil, fmt.Errorf("load libkrun: %s: %w", b.path(), &UnsupportedError{Func: name, Library: b.path()})
+			}
+		}
+		return &Library{b: b}, nil
+	}
+	return nil, le
+}
+
+// Path is the file the library was loaded from.
+func (l *Library) Path() string { return l.b.path() }
+
+// Has reports whether the library exports the C function name.
+func (l *Library) Has(name string) bool { return l.b.has(name) }
+
+// IsTestDouble reports whether the library is krunbox's test double
+// (hack/testkrun) rather than libkrun.
+func (l *Library) IsTestDouble() bool { return l.b.has(TestDoubleMarker) }
+
+func (l *Library) need(name string) error {
+	if !l.b.has(name) {
+		return &UnsupportedError{Func: name, Library: l.b.path()}
+	}
+	return nil
+}
+
+// check turns a libkrun return value into an error naming fn.
+func check(fn string, ret int32) error {
+	if ret >= 0 {
+		return nil
+	}
+	return &Error{Func: fn, Errno: syscall.Errno(-ret)}
+}
+
+// logInit is set once libkrun's logger has been initialised in this process.
+var logInit atomic.Bool
+
+// SetLogLevel initialises libkrun's logger on stderr (krun_set_log_level).
+// libkrun allows one logger initialisation per process; a second call
+// returns an error matching [ErrLoggerInitialized] instead of aborting.
+func (l *Library) SetLogLevel(level LogLevel) error {
+	const fn = "krun_set_log_level"
+	if !logInit.CompareAndSwap(false, true) {
+		return fmt.Errorf("%s: %w", fn, ErrLoggerInitialized)
+	}
+	if err := check(fn, l.b.u32(fn, uint32(level))); err != nil {
+		logInit.Store(false)
+		return err
+	}
+	return nil
+}
+
+// InitLog initialises libkrun's logger writing to fd (-1 for stderr)
+// without colours and ignoring RUST_LOG (krun_init_log). The same
+// once-per-process rule as [Library.SetLogLevel] applies.
+func (l *Library) InitLog(fd int, level LogLevel) error {
+	const fn = "krun_init_log"
+	if err := l.need(fn); err != nil {
+		return err
+	}
+	if !logInit.CompareAndSwap(false, true) {
+		return fmt.Errorf("%s: %w", fn, ErrLoggerInitialized)
+	}
+	const styleNever, optionNoEnv = 2, 1
+	if err := check(fn, l.b.initLog(int32(fd), uint32(level), styleNever, optionNoEnv)); err != nil {
+		logInit.Store(false)
+		return err
+	}
+	return nil
+}
+
+// HasFeature reports whether libkrun was built with feature f.
+func (l *Library) HasFeature(f Feature) (bool, error) {
+	const fn = "krun_has_feature"
+	if err := l.need(fn); err != nil {
+		return false, err
+	}
+	ret := l.b.hasFeature(uint64(f))
+	if err := check(fn, ret); err != nil {
+		return false, err
+	}
+	return ret == 1, nil
+}
+
+// NewContext creates a VM configuration context (krun_create_ctx).
+func (l *Library) NewContext() (*Context, error) {
+	const fn = "krun_create_ctx"
+	ret := l.b.noArgs(fn)
+	if err := check(fn, ret); err != nil {
+		return nil, err
+	}
+	return &Context{lib: l, id: uint32(ret)}, nil
+}
+
+// Context is one VM configuration of libkrun. Its methods are safe for
+// concurrent use; libkrun serialises them.
+type Context struct {
+	lib *Library
+	id  uint32
+
+	mu     sync.Mutex
+	pinned []unsafe.Pointer // C copies of overlay file contents, alive until Free
+}
+
+// ID is libkrun's id of the context.
+func (c *Context) ID() uint32 { return c.id }
+
+// Free releases the context (krun_free_ctx). A context that was started
+// no longer exists, and freeing it reports ENOENT.
+func (c *Context) Free() error {
+	const fn = "krun_free_ctx"
+	err := check(fn, c.lib.b.ctx(fn, c.id))
+	if err == nil {
+		c.mu.Lock()
+		for _, p := range c.pinned {
+			c.lib.b.free(p)
+		}
+		c.pinned = nil
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// SetVMConfig sets the number of vCPUs and the guest memory in MiB.
+func (c *Context) SetVMConfig(vcpus uint8, ramMiB uint32) error {
+	const fn = "krun_set_vm_config"
+	return check(fn, c.lib.b.vmConfig(c.id, vcpus, ramMiB))
+}
+
+// SetRoot shares the host directory path as the guest's root filesystem,
+// read-write (krun_set_root).
+func (c *Context) SetRoot(path string) error {
+	const fn = "krun_set_root"
+	if err := noNUL(fn, path); err != nil {
+		return err
+	}
+	return check(fn, c.lib.b.ctxStr(fn, c.id, path))
+}
+
+// AddVirtiofs shares the host directory hostPath with the guest under tag.
+// A read-only share needs krun_add_virtiofs3 (libkrun 1.18); a read-write
+// one uses krun_add_virtiofs where krun_add_virtiofs3 is missing. The guest
+// mounts the tag itself.
+func (c *Context) AddVirtiofs(tag, hostPath string, readOnly bool) error {
+	fn := "krun_add_virtiofs3"
+	if !c.lib.b.has(fn) && !readOnly {
+		fn = "krun_add_virtiofs"
+	}
+	if err := c.lib.need(fn); err != nil {
+		return err
+	}
+	if err := checkTag(fn, tag); err != nil {
+		return err
+	}
+	if err := noNUL(fn, hostPath); err != nil {
+		return err
+	}
+	if fn == "krun_add_virtiofs" {
+		return check(fn, c.lib.b.ctxStrStr(fn, c.id, tag, hostPath))
+	}
+	return check(fn, c.lib.b.virtiofs3(c.id, tag, hostPath, 0, readOnly))
+}
+
+// AddOverlayDir adds an empty read-only virtual directory at path (relative
+// to the share's root; parents must be overlay directories) to the
+// virtio-fs device tag (krun_fs_add_overlay_dir, libkrun 1.19). mode is a
+// full st_mode, e.g. 040755.
+func (c *Context) AddOverlayDir(tag, path string, mode uint32) error {
+	const fn = "krun_fs_add_overlay_dir"
+	if err := c.lib.need(fn); err != nil {
+		return err
+	}
+	if err := noNUL(fn, tag, path); err != nil {
+		return err
+	}
+	return check(fn, c.lib.b.overlayDir(c.id, tag, path, mode))
+}
+
+// AddOverlayFile adds a virtual read-only file holding data at path of the
+// virtio-fs device tag, without touching the shared directory
+// (krun_fs_add_overlay_file, libkrun 1.19). mode is a full st_mode, e.g.
+// 0100755. The binding keeps a C copy of data alive until [Context.Free]
+// (libkrun does not copy it); oneShot files vanish after one open.
+func (c *Context) AddOverlayFile(tag, path string, data []byte, mode uint32, oneShot bool) error {
+	const fn = "krun_fs_add_overlay_file"
+	if err := c.lib.need(fn); err != nil {
+		return err
+	}
+	if err := noNUL(fn, tag, path); err != nil {
+		return err
+	}
+	p := c.lib.b.alloc(data)
+	ret := c.lib.b.overlayFile(c.id, tag, path, p, uintptr(len(data)), mode, oneShot)
+	if err := check(fn, ret); err != nil {
+		c.lib.b.free(p)
+		return err
+	}
+	c.mu.Lock()
+	c.pinned = append(c.pinned, p)
+	c.mu.Unlock()
+	return nil
+}
+
+// SetExec sets the program the guest runs: path inside the guest (looked
+// up in the guest PATH when relative), its arguments without argv[0], and
+// its whole environment. env is never passed as NULL (which would copy the
+// host environment onto the guest kernel command line): a nil env means an
+// empty one. Keep env short: libkrun passes it on the kernel command line,
+// which holds about 32 entries and no '"'.
+func (c *Context) SetExec(path string, args, env []string) error {
+	const fn = "krun_set_exec"
+	if err := noNUL(fn, path); err != nil {
+		return err
+	}
+	if err := checkArray(fn, "argument", args); err != nil {
+		return err
+	}
+	if err := checkArray(fn, "environment entry", env); err != nil {
+		return err
+	}
+	return check(fn, c.lib.b.exec(c.id, path, args, env))
+}
+
+// SetEnv replaces the guest environment (krun_set_env). A nil env means an
+// empty one, never the host's. Call it after [Context.SetExec], which
+// overwrites it.
+func (c *Context) SetEnv(env []string) error {
+	const fn = "krun_set_env"
+	return c.ctxStrs(fn, "environment entry", env)
+}
+
+// SetWorkdir sets the guest working directory of the program. libkrun
+// ignores a directory that does not exist.
+func (c *Context) SetWorkdir(path string) error {
+	const fn = "krun_set_workdir"
+	if err := noNUL(fn, path); err != nil {
+		return err
+	}
+	return check(fn, c.lib.b.ctxStr(fn, c.id, path))
+}
+
+// SetRlimits sets resource limits the guest init applies before running
+// the program.
+func (c *Context) SetRlimits(limits []Rlimit) error {
+	const fn = "krun_set_rlimits"
+	arr := make([]string, len(limits))
+	for i, l := range limits {
+		arr[i] = l.String()
+	}
+	return c.ctxStrs(fn, "rlimit", arr)
+}
+
+// AddVsockPort maps guest vsock port to the host unix socket hostPath. With
+// listen false the guest connects out and a host process must listen on
+// hostPath; with listen true libkrun listens on hostPath (which must not
+// exist yet) and each connection reaches the guest's listener on port
+// (krun_add_vsock_port2, libkrun 1.10).
+func (c *Context) AddVsockPort(port uint32, hostPath string, listen bool) error {
+	fn := "krun_add_vsock_port2"
+	if !listen && !c.lib.b.has(fn) {
+		fn = "krun_add_vsock_port"
+	}
+	if err := c.lib.need(fn); err != nil {
+		return err
+	}
+	if err := noNUL(fn, hostPath); err != nil {
+		return err
+	}
+	return check(fn, c.lib.b.vsockPort(fn, c.id, port, hostPath, listen))
+}
+
+// DisableImplicitVsock removes the vsock device (and so TSI networking)
+// libkrun adds by default (krun_disable_implicit_vsock, libkrun 1.17).
+func (c *Context) DisableImplicitVsock() error {
+	const fn = "krun_disable_implicit_vsock"
+	if err := c.lib.need(fn); err != nil {
+		return err
+	}
+	return check(fn, c.lib.b.ctx(fn, c.id))
+}
+
+// AddVsock adds a vsock device with the given TSI features, 0 for vsock
+// without any network hijacking; only after [Context.DisableImplicitVsock]
+// (krun_add_vsock, libkrun 1.17).
+func (c *Context) AddVsock(tsi TSIFeatures) error {
+	const fn = "krun_add_vsock"
+	if err := c.lib.need(fn); err != nil {
+		return err
+	}
+	return check(fn, c.lib.b.ctxU32(fn, c.id, uint32(tsi)))
+}
+
+// SetPortMap maps host ports to guest ports for TSI, as "host:guest"
+// entries. Note that libkrun 1.17 to 1.19 still expose guest ports missing
+// from the map.
+func (c *Context) SetPortMap(ports []string) error {
+	const fn = "krun_set_port_map"
+	return c.ctxStrs(fn, "port mapping", ports)
+}
+
+// SetConsoleOutput writes all console output of the VM (kernel, init and,
+// with the implicit console, the program's stdout and stderr) to the file
+// path, created or truncated. Only once per context.
+func (c *Context) SetConsoleOutput(path string) error {
+	const fn = "krun_set_console_output"
+	if err := noNUL(fn, path); err != nil {
+		return err
+	}
+	return check(fn, c.lib.b.ctxStr(fn, c.id, path))
+}
+
+// StartEnter boots the VM (krun_start_enter). On success it never returns:
+// the calling process runs the VM and exits with the guest's exit code,
+// without running deferred functions or flushing buffers. It returns only
+// when the VM could not be built; the context is consumed either way.
+// Without KVM, libkrun aborts the process instead of returning.
+func (c *Context) StartEnter() error {
+	const fn = "krun_start_enter"
+	return check(fn, c.lib.b.ctx(fn, c.id))
+}
+
+func (c *Context) ctxStrs(fn, what string, arr []string) error {
+	if err := checkArray(fn, what, arr); err != nil {
+		return err
+	}
+	return check(fn, c.lib.b.ctxStrs(fn, c.id, arr))
+}
+
+func noNUL(fn string, ss ...string) error {
+	for _, s := range ss {
+		if strings.IndexByte(s, 0) >= 0 {
+			return &Error{Func: fn, Errno: syscall.EINVAL, Detail: fmt.Sprintf("%q contains a NUL byte", s)}
+		}
+	}
+	return nil
+}
+
+func checkArray(fn, what string, arr []string) error {
+	if len(arr) > MaxArrayLen {
+		return &Error{Func: fn, Errno: syscall.E2BIG, Detail: fmt.Sprintf("%d %ss, libkrun reads at most %d", len(arr), what, MaxArrayLen)}
+	}
+	return noNUL(fn, arr...)
+}
+
+func checkTag(fn, tag string) error {
+	if tag == "" || len(tag) > MaxTagLen {
+		return &Error{Func: fn, Errno: syscall.EINVAL, Detail: fmt.Sprintf("virtio-fs tag %q is %d bytes, want 1 to %d", tag, len(tag), MaxTagLen)}
+	}
+	return noNUL(fn, tag)
+}
+
+// KrunfwVersion loads libkrunfw, the library holding the guest kernel that
+// libkrun loads by name, and returns the file it came from and its ABI
+// version (krunfw_get_version).
+func KrunfwVersion() (file string, version int, err error) {
+	var errs []string
+	for _, c := range KrunfwCandidates() {
+		f, v, err := krunfwVersion(c)
+		if errors.Is(err, ErrNoCgo) {
+			return "", 0, err
+		}
+		if err == nil {
+			return f, v, nil
+		}
+		errs = append(errs, err.Error())
+	}
+	return "", 0, fmt.Errorf("load libkrunfw: %s", strings.Join(errs, "; "))
+}

@@ -1,0 +1,419 @@
+// Configuration of the pi extension: TOML files and environment variables, layered
+// defaults < user file < project file < environment < flags. The project file comes from
+// the repository, so unless pi (or the user) trusts the project it may only narrow what
+// the sandbox can reach, never widen it.
+
+import { readFileSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { parse as parseToml } from "smol-toml";
+
+/** A host directory mounted into the sandbox besides the workspace. */
+export interface MountConfig {
+  host: string;
+  /** Guest path; the host path when absent. */
+  guest?: string;
+  read_only: boolean;
+}
+
+/** The effective configuration. Keys are the TOML keys. */
+export interface KrunboxConfig {
+  /** false: tools run on the host (labelled), as after /krunbox off. */
+  enabled: boolean;
+  image: string;
+  pull: "missing" | "always" | "never";
+  cpus: number;
+  memory_mib: number;
+  network: "tsi" | "none";
+  /** Stop the VM after this long without tool calls; 0 = never. */
+  idle_timeout_sec: number;
+  /** Stop the sandbox when pi exits (default: keep it for the next session). */
+  stop_on_exit: boolean;
+  /** How long a tool call waits for the sandbox to start. */
+  start_timeout_sec: number;
+  /** "auto" (bash when the image has it, else /bin/sh) or an absolute guest path. */
+  shell: string;
+  /** "host": when the sandbox cannot start, run tools on the host, labelled. */
+  fallback: "none" | "host";
+  /** Tools of other extensions allowed to run (on the host) while sandboxed. */
+  pass_through_tools: string[];
+  /** Environment set in the guest for every command. */
+  env: Record<string, string>;
+  /** Names of host environment variables copied into the guest. */
+  env_passthrough: string[];
+  mounts: MountConfig[];
+  /** Workspaces whose project file is trusted (user file only). */
+  trusted_projects: string[];
+}
+
+export type ConfigKey = keyof KrunboxConfig;
+
+/** The defaults. */
+export const DEFAULTS: Readonly<KrunboxConfig> = Object.freeze({
+  enabled: true,
+  image: "docker.io/library/debian:stable-slim",
+  pull: "missing",
+  cpus: 2,
+  memory_mib: 2048,
+  network: "tsi",
+  idle_timeout_sec: 1800,
+  stop_on_exit: false,
+  start_timeout_sec: 120,
+  shell: "auto",
+  fallback: "none",
+  pass_through_tools: [],
+  env: {},
+  env_passthrough: [],
+  mounts: [],
+  trusted_projects: [],
+});
+
+type Kind = "bool" | "string" | "int" | "list" | "map" | "mounts";
+
+const KINDS: Record<ConfigKey, Kind> = {
+  enabled: "bool",
+  image: "string",
+  pull: "string",
+  cpus: "int",
+  memory_mib: "int",
+  network: "string",
+  idle_timeout_sec: "int",
+  stop_on_exit: "bool",
+  start_timeout_sec: "int",
+  shell: "string",
+  fallback: "string",
+  pass_through_tools: "list",
+  env: "map",
+  env_passthrough: "list",
+  mounts: "mounts",
+  trusted_projects: "list",
+};
+
+const ENUMS: Partial<Record<ConfigKey, readonly string[]>> = {
+  pull: ["missing", "always", "never"],
+  network: ["tsi", "none"],
+  fallback: ["none", "host"],
+};
+
+const MINIMUM: Partial<Record<ConfigKey, number>> = {
+  cpus: 1,
+  memory_mib: 128,
+  idle_timeout_sec: 0,
+  start_timeout_sec: 1,
+};
+
+/** A configuration value that cannot be used; the extension blocks tools and shows it. */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+/** The values one layer sets. */
+export type Layer = Partial<KrunboxConfig>;
+
+/** The result of loadConfig. */
+export interface LoadedConfig {
+  config: KrunboxConfig;
+  /** Where each key's value came from: "default", "user <file>", "project <file>", "env NAME", "flag --name". */
+  sources: Record<ConfigKey, string>;
+  /** Things ignored: unknown keys, project settings refused because they would widen. */
+  warnings: string[];
+  userFile: string;
+  projectFile: string;
+  /** Whether the project file was applied as trusted. */
+  projectTrusted: boolean;
+  /** Why, in words. */
+  trustNote: string;
+}
+
+function expandHome(p: string): string {
+  if (p === "~") return os.homedir();
+  if (p.startsWith("~/")) return path.join(os.homedir(), p.slice(2));
+  return p;
+}
+
+function checkValue(key: ConfigKey, value: unknown, origin: string): unknown {
+  const where = `${origin}: ${key}`;
+  switch (KINDS[key]) {
+    case "bool":
+      if (typeof value !== "boolean") throw new ConfigError(`${where}: want true or false, got ${JSON.stringify(value)}`);
+      return value;
+    case "string": {
+      if (typeof value !== "string" || value === "") throw new ConfigError(`${where}: want a non-empty string, got ${JSON.stringify(value)}`);
+      const allowed = ENUMS[key];
+      if (allowed && !allowed.includes(value)) throw new ConfigError(`${where}: want one of ${allowed.join(", ")}, got ${JSON.stringify(value)}`);
+      if (key === "shell" && value !== "auto" && !path.posix.isAbsolute(value)) {
+        throw new ConfigError(`${where}: want "auto" or an absolute guest path, got ${JSON.stringify(value)}`);
+      }
+      return value;
+    }
+    case "int": {
+      const n = typeof value === "bigint" ? Number(value) : value;
+      if (typeof n !== "number" || !Number.isInteger(n)) throw new ConfigError(`${where}: want an integer, got ${JSON.stringify(value)}`);
+      const min = MINIMUM[key] ?? 0;
+      if (n < min) throw new ConfigError(`${where}: want at least ${min}, got ${n}`);
+      return n;
+    }
+    case "list":
+      if (!Array.isArray(value) || value.some((v) => typeof v !== "string" || v === "")) {
+        throw new ConfigError(`${where}: want a list of non-empty strings`);
+      }
+      return [...new Set(value as string[])];
+    case "map": {
+      if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ConfigError(`${where}: want a table of strings`);
+      const out: Record<string, string> = {};
+      for (const [k, v] of Object.entries(value)) {
+        if (typeof v !== "string") throw new ConfigError(`${where}.${k}: want a string`);
+        if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new ConfigError(`${where}.${k}: not a valid environment variable name`);
+        out[k] = v;
+      }
+      return out;
+    }
+    case "mounts": {
+      if (!Array.isArray(value)) throw new ConfigError(`${where}: want an array of tables ([[mounts]])`);
+      return value.map((m, i) => {
+        if (typeof m !== "object" || m === null) throw new ConfigError(`${where}[${i}]: want a table`);
+        const r = m as Record<string, unknown>;
+        for (const k of Object.keys(r)) {
+          if (!["host", "guest", "read_only"].includes(k)) throw new ConfigError(`${where}[${i}].${k}: unknown key (want host, guest, read_only)`);
+        }
+        if (typeof r.host !== "string") throw new ConfigError(`${where}[${i}].host: want a path`);
+        const host = path.normalize(expandHome(r.host));
+        if (!path.isAbsolute(host)) throw new ConfigError(`${where}[${i}].host ${r.host}: want an absolute path (or ~/...)`);
+        let guest: string | undefined;
+        if (r.guest !== undefined) {
+          if (typeof r.guest !== "string" || !path.posix.isAbsolute(r.guest)) throw new ConfigError(`${where}[${i}].guest: want an absolute guest path`);
+          guest = path.posix.normalize(r.guest);
+        }
+        if (r.read_only !== undefined && typeof r.read_only !== "boolean") throw new ConfigError(`${where}[${i}].read_only: want true or false`);
+        return { host, ...(guest && guest !== host ? { guest } : {}), read_only: r.read_only === true };
+      });
+    }
+  }
+}
+
+/** Check a parsed TOML document (or any object) as one layer. Unknown keys become warnings. */
+export function parseLayer(doc: Record<string, unknown>, origin: string, warnings: string[]): Layer {
+  const layer: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(doc)) {
+    if (!(key in KINDS)) {
+      warnings.push(`${origin}: unknown key ${key} (ignored)`);
+      continue;
+    }
+    layer[key] = checkValue(key as ConfigKey, value, origin);
+  }
+  return layer as Layer;
+}
+
+/** Read and check a TOML file; a missing file is an empty layer. */
+export function readLayerFile(file: string, origin: string, warnings: string[]): Layer {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return {};
+    throw new ConfigError(`${origin}: cannot read: ${(err as Error).message}`);
+  }
+  let doc: Record<string, unknown>;
+  try {
+    doc = parseToml(text) as Record<string, unknown>;
+  } catch (err) {
+    throw new ConfigError(`${origin}: ${(err as Error).message.split("\n")[0]}`);
+  }
+  return parseLayer(doc, origin, warnings);
+}
+
+/** Prefix of the environment variables that set configuration keys: KRUNBOX_PI_IMAGE, ... */
+export const ENV_PREFIX = "KRUNBOX_PI_";
+
+/** The layer set by KRUNBOX_PI_<KEY> environment variables (lists comma-separated). */
+export function envLayer(env: NodeJS.ProcessEnv, warnings: string[]): { layer: Layer; names: Partial<Record<ConfigKey, string>> } {
+  const doc: Record<string, unknown> = {};
+  const names: Partial<Record<ConfigKey, string>> = {};
+  for (const [name, raw] of Object.entries(env)) {
+    if (!name.startsWith(ENV_PREFIX) || raw === undefined || name === `${ENV_PREFIX}CONFIG`) continue;
+    const key = name.slice(ENV_PREFIX.length).toLowerCase() as ConfigKey;
+    const kind = KINDS[key];
+    if (!kind || kind === "map" || kind === "mounts" || key === "trusted_projects") {
+      warnings.push(`env ${name}: not a setting that can come from the environment (ignored)`);
+      continue;
+    }
+    names[key] = name;
+    if (kind === "bool") {
+      const v = raw.trim().toLowerCase();
+      if (["1", "true", "yes", "on"].includes(v)) doc[key] = true;
+      else if (["0", "false", "no", "off"].includes(v)) doc[key] = false;
+      else throw new ConfigError(`env ${name}: want true or false, got ${JSON.stringify(raw)}`);
+    } else if (kind === "int") {
+      doc[key] = /^\s*\d+\s*$/.test(raw) ? Number(raw) : raw;
+    } else if (kind === "list") {
+      doc[key] = raw.split(",").map((s) => s.trim()).filter(Boolean);
+    } else {
+      doc[key] = raw;
+    }
+  }
+  const layer: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(doc)) layer[key] = checkValue(key as ConfigKey, value, `env ${names[key as ConfigKey]}`);
+  return { layer: layer as Layer, names };
+}
+
+/** The user's configuration file: $KRUNBOX_PI_CONFIG, else <krunbox config dir>/pi.toml. */
+export function userConfigFile(env: NodeJS.ProcessEnv): string {
+  if (env.KRUNBOX_PI_CONFIG) return env.KRUNBOX_PI_CONFIG;
+  if (env.KRUNBOX_HOME) return path.join(env.KRUNBOX_HOME, "config", "pi.toml");
+  const base = env.XDG_CONFIG_HOME || path.join(env.HOME || os.homedir(), ".config");
+  return path.join(base, "krunbox", "pi.toml");
+}
+
+/** The project's configuration file. */
+export function projectConfigFile(workspace: string): string {
+  return path.join(workspace, ".pi", "krunbox.toml");
+}
+
+function mountKey(m: MountConfig): string {
+  return `${m.host}\u0000${m.guest ?? m.host}`;
+}
+
+/**
+ * Apply an untrusted project layer over base: keep what narrows (or does not change
+ * reach), refuse what widens, with a warning for each refusal.
+ */
+export function narrowProject(base: KrunboxConfig, project: Layer, origin: string, warnings: string[]): Layer {
+  const out: Layer = {};
+  const refuse = (key: string, why: string) =>
+    warnings.push(`${origin}: ${key} ${why}: refused because the project is not trusted (trust it in pi, or list it in trusted_projects in your user file)`);
+  for (const [k, v] of Object.entries(project) as [ConfigKey, never][]) {
+    switch (k) {
+      case "enabled":
+        if (v === false) refuse("enabled = false", "would run tools on the host");
+        else out.enabled = true;
+        break;
+      case "cpus":
+      case "memory_mib":
+        if ((v as number) > base[k]) refuse(`${k} = ${v}`, `is more than ${base[k]}`);
+        else out[k] = v;
+        break;
+      case "network":
+        if (v === "tsi" && base.network === "none") refuse(`network = "tsi"`, "would give the VM a network");
+        else out.network = v;
+        break;
+      case "fallback":
+        if (v === "host") refuse(`fallback = "host"`, "would run tools on the host");
+        else out.fallback = v;
+        break;
+      case "pass_through_tools":
+      case "env_passthrough": {
+        const allowed = new Set(base[k]);
+        const kept = (v as string[]).filter((x) => allowed.has(x));
+        const extra = (v as string[]).filter((x) => !allowed.has(x));
+        if (extra.length) refuse(`${k} ${extra.join(", ")}`, k === "env_passthrough" ? "would copy host variables into the VM" : "would let tools run on the host");
+        out[k] = kept;
+        break;
+      }
+      case "mounts": {
+        const byHost = new Map(base.mounts.map((m) => [mountKey(m), m]));
+        const kept: MountConfig[] = [];
+        for (const m of v as MountConfig[]) {
+          const b = byHost.get(mountKey(m));
+          if (!b) refuse(`mount ${m.host}`, "is not one of your own mounts");
+          else kept.push({ ...b, read_only: b.read_only || m.read_only });
+        }
+        out.mounts = kept;
+        break;
+      }
+      case "trusted_projects":
+        warnings.push(`${origin}: trusted_projects is only read from your user file (ignored)`);
+        break;
+      default:
+        (out as Record<string, unknown>)[k] = v;
+    }
+  }
+  return out;
+}
+
+function isTrustedByUser(workspace: string, list: string[]): boolean {
+  const ws = path.resolve(workspace);
+  return list.some((p) => path.resolve(expandHome(p)) === ws);
+}
+
+/** Inputs of loadConfig. */
+export interface LoadOptions {
+  workspace: string;
+  env: NodeJS.ProcessEnv;
+  /** Flag values: "krunbox-image", "krunbox-network", "krunbox-off". */
+  flags?: Record<string, string | boolean | undefined>;
+  /** Whether pi trusts the project (1.x, see trust.ts); undefined on 0.73. */
+  piTrustsProject?: boolean;
+  /** How pi's trust was judged, for /krunbox config. */
+  trustNote?: string;
+}
+
+/** Load the layered configuration. Throws ConfigError on an unusable value. */
+export function loadConfig(opts: LoadOptions): LoadedConfig {
+  const warnings: string[] = [];
+  const userFile = userConfigFile(opts.env);
+  const projectFile = projectConfigFile(opts.workspace);
+  const config = structuredClone(DEFAULTS) as KrunboxConfig;
+  const sources = Object.fromEntries(Object.keys(DEFAULTS).map((k) => [k, "default"])) as Record<ConfigKey, string>;
+  const apply = (layer: Layer, source: (k: ConfigKey) => string) => {
+    for (const [k, v] of Object.entries(layer) as [ConfigKey, never][]) {
+      if (k === "env") config.env = { ...config.env, ...(v as Record<string, string>) };
+      else (config as unknown as Record<string, unknown>)[k] = v;
+      sources[k] = source(k);
+    }
+  };
+
+  const user = readLayerFile(userFile, `user ${userFile}`, warnings);
+  apply(user, () => `user ${userFile}`);
+
+  const trustedByUser = isTrustedByUser(opts.workspace, config.trusted_projects);
+  const projectTrusted = opts.piTrustsProject === true || trustedByUser;
+  const projectOrigin = `project ${projectFile}`;
+  const project = readLayerFile(projectFile, projectOrigin, warnings);
+  if (projectTrusted) {
+    if (project.trusted_projects) {
+      warnings.push(`${projectOrigin}: trusted_projects is only read from your user file (ignored)`);
+      delete project.trusted_projects;
+    }
+    apply(project, () => projectOrigin);
+  } else {
+    apply(narrowProject(config, project, projectOrigin, warnings), () => projectOrigin);
+  }
+
+  const { layer: envValues, names } = envLayer(opts.env, warnings);
+  apply(envValues, (k) => `env ${names[k]}`);
+
+  const flags: Layer = {};
+  const flagNames: Partial<Record<ConfigKey, string>> = {};
+  const f = opts.flags ?? {};
+  if (typeof f["krunbox-image"] === "string" && f["krunbox-image"]) {
+    flags.image = checkValue("image", f["krunbox-image"], "flag --krunbox-image") as string;
+    flagNames.image = "--krunbox-image";
+  }
+  if (typeof f["krunbox-network"] === "string" && f["krunbox-network"]) {
+    flags.network = checkValue("network", f["krunbox-network"], "flag --krunbox-network") as KrunboxConfig["network"];
+    flagNames.network = "--krunbox-network";
+  }
+  if (f["krunbox-off"] === true) {
+    flags.enabled = false;
+    flagNames.enabled = "--krunbox-off";
+  }
+  apply(flags, (k) => `flag ${flagNames[k]}`);
+
+  const trustNote = trustedByUser ? "listed in trusted_projects" : (opts.trustNote ?? (opts.piTrustsProject ? "pi: trusted" : "not trusted"));
+  return { config, sources, warnings, userFile, projectFile, projectTrusted, trustNote };
+}
+
+/** Render the effective configuration with the source of each value, for /krunbox config. */
+export function describeConfig(loaded: LoadedConfig): string {
+  const lines = Object.keys(DEFAULTS).map((k) => {
+    const key = k as ConfigKey;
+    return `${key} = ${JSON.stringify(loaded.config[key])}  (${loaded.sources[key]})`;
+  });
+  lines.push(`user file: ${loaded.userFile}`);
+  lines.push(`project file: ${loaded.projectFile} (${loaded.projectTrusted ? "trusted" : "untrusted: may only narrow"}; ${loaded.trustNote})`);
+  for (const w of loaded.warnings) lines.push(`warning: ${w}`);
+  return lines.join("\n");
+}

@@ -1,0 +1,285 @@
+// The per-project sandbox as the extension sees it: one `krunbox serve` connection, the
+// sandbox's state, and waiting for it to be ready. It never throws out of start(): a
+// sandbox that cannot start becomes the "failed" state, which blocks every routed tool.
+
+import type { KrunboxConfig } from "./config.ts";
+import { ClientErrorCode, ErrorCode, RpcError, type SandboxConfig, type SandboxStatus } from "./protocol.ts";
+import type { ServeClient } from "./rpc.ts";
+
+/** Where the extension stands. */
+export type State =
+  | { kind: "idle" }
+  | { kind: "starting"; progress?: string }
+  | { kind: "ready"; status: SandboxStatus }
+  | { kind: "stopped"; reason: string }
+  | { kind: "failed"; reason: string; hint?: string };
+
+/** Programs found in the guest by the probe after start. */
+export interface GuestTools {
+  shell?: string;
+  bash?: string;
+  rg?: string;
+  find?: string;
+  grep?: string;
+  xargs?: string;
+}
+
+/** What a ready sandbox offers to the tools. */
+export interface Ready {
+  client: ServeClient;
+  name: string;
+  status: SandboxStatus;
+  tools: GuestTools;
+}
+
+/** Inputs of a SandboxController. */
+export interface SandboxOptions {
+  name: string;
+  workspace: string;
+  config: KrunboxConfig;
+  /** Start a server and initialize it. */
+  connect: () => Promise<ServeClient>;
+}
+
+/** The reason of an error, for the user. */
+export function describeError(err: unknown): { reason: string; hint?: string } {
+  if (err instanceof RpcError) {
+    let hint = err.hint;
+    if (err.code === ErrorCode.ConfigMismatch) {
+      hint = `the sandbox was created with another ${(err.data?.keys ?? []).join(", ")}; /krunbox restart recreates it with the current configuration (its own files outside the workspace are lost)`;
+    }
+    if (err.code === ErrorCode.MethodNotFound || (err.code === ClientErrorCode.ServerExited && /unknown command "serve"/.test(err.message))) {
+      hint = "this krunbox is older than pi-krunbox expects; install a matching krunbox, or point KRUNBOX_BIN at one";
+    }
+    return { reason: err.message, hint };
+  }
+  return { reason: err instanceof Error ? err.message : String(err) };
+}
+
+/** Translate the extension's configuration into sandbox.ensure's. */
+export function sandboxConfig(config: KrunboxConfig, workspace: string): SandboxConfig {
+  return {
+    image: config.image,
+    pull: config.pull,
+    cpus: config.cpus,
+    memoryMiB: config.memory_mib,
+    network: config.network,
+    mounts: config.mounts.map((m) => ({ host: m.host, guest: m.guest ?? m.host, readOnly: m.read_only })),
+    env: config.env,
+    idleTimeoutSec: config.idle_timeout_sec,
+    labels: { "krunbox.pi.workspace": workspace },
+  };
+}
+
+const PROBE = "for t in bash rg find grep xargs; do command -v $t || true; done";
+
+/** One project's sandbox, through one krunbox serve connection at a time. */
+export class SandboxController {
+  readonly name: string;
+  readonly workspace: string;
+  private config: KrunboxConfig;
+  private readonly connect: () => Promise<ServeClient>;
+  private current: State = { kind: "idle" };
+  private client: ServeClient | undefined;
+  private tools: GuestTools = {};
+  private starting: Promise<void> | undefined;
+  private readonly listeners = new Set<(s: State) => void>();
+  private disposed = false;
+
+  constructor(opts: SandboxOptions) {
+    this.name = opts.name;
+    this.workspace = opts.workspace;
+    this.config = opts.config;
+    this.connect = opts.connect;
+  }
+
+  /** The current state. */
+  get state(): State {
+    return this.current;
+  }
+
+  /** The server connection, when there is one (for logs and status). */
+  get connection(): ServeClient | undefined {
+    return this.client;
+  }
+
+  /** Use another configuration from the next start on. */
+  setConfig(config: KrunboxConfig): void {
+    this.config = config;
+  }
+
+  /** Call fn on every state change; returns the unsubscribe function. */
+  onChange(fn: (s: State) => void): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  private set(s: State): void {
+    this.current = s;
+    for (const fn of this.listeners) fn(s);
+  }
+
+  /** Start (or reuse) the sandbox in the background. Never throws. */
+  start(): Promise<void> {
+    if (this.starting) return this.starting;
+    if (this.current.kind === "ready") return Promise.resolve();
+    this.starting = this.bringUp("sandbox.ensure").finally(() => {
+      this.starting = undefined;
+    });
+    return this.starting;
+  }
+
+  /** Stop the sandbox if it runs, recreate it from the current configuration, start it. Never throws. */
+  restart(): Promise<void> {
+    const run = async () => {
+      await this.starting;
+      await this.bringUp("sandbox.restart");
+    };
+    this.starting = run().finally(() => {
+      this.starting = undefined;
+    });
+    return this.starting;
+  }
+
+  private async bringUp(method: "sandbox.ensure" | "sandbox.restart"): Promise<void> {
+    this.set({ kind: "starting" });
+    try {
+      const client = await this.ensureClient();
+      const params = {
+        name: this.name,
+        workspace: this.workspace,
+        config: sandboxConfig(this.config, this.workspace),
+        startTimeoutMs: this.config.start_timeout_sec * 1000,
+        ...(method === "sandbox.restart" ? { recreate: true } : {}),
+      };
+      const status = await client.request<SandboxStatus>(method, params);
+      this.tools = await this.probe(client);
+      if (this.disposed) return;
+      this.set({ kind: "ready", status });
+    } catch (err) {
+      if (this.disposed) return;
+      this.set({ kind: "failed", ...describeError(err) });
+    }
+  }
+
+  private async ensureClient(): Promise<ServeClient> {
+    if (this.client && !this.client.closed) return this.client;
+    const client = await this.connect();
+    this.client = client;
+    client.on("sandbox.progress", (p) => {
+      const { name, message } = p as { name: string; message: string };
+      if (name === this.name && this.current.kind === "starting") this.set({ kind: "starting", progress: message });
+    });
+    client.on("sandbox.state", (p) => {
+      const { name, status } = p as { name: string; status: SandboxStatus };
+      if (name !== this.name || this.current.kind !== "ready" || status.state === "ready") return;
+      this.set({ kind: "stopped", reason: status.reason ?? `sandbox ${status.state}` });
+    });
+    client.onClose((err) => {
+      if (this.client === client) this.client = undefined;
+      if (!this.disposed && this.current.kind === "ready") this.set({ kind: "stopped", reason: err.message });
+    });
+    return client;
+  }
+
+  private async probe(client: ServeClient): Promise<GuestTools> {
+    const tools: GuestTools = {};
+    let out = "";
+    try {
+      const exit = await client.exec(
+        { sandbox: this.name, argv: ["/bin/sh", "-c", PROBE], cwd: "/" },
+        { onOutput: (stream, d) => stream === "stdout" && (out += d.toString()) },
+      );
+      if (exit.exitCode === 0) tools.shell = "/bin/sh";
+    } catch {
+      // No /bin/sh: bash, find and grep will say so when used.
+    }
+    for (const line of out.split("\n")) {
+      const p = line.trim();
+      if (!p.startsWith("/")) continue;
+      const base = p.slice(p.lastIndexOf("/") + 1) as keyof GuestTools;
+      if (["bash", "rg", "find", "grep", "xargs"].includes(base)) tools[base] ??= p;
+    }
+    return tools;
+  }
+
+  /**
+   * Wait until the sandbox is ready, starting it again when it stopped (idle timeout, server
+   * exit). Returns the ready sandbox, or throws an Error whose message says why it is not
+   * (the caller blocks the tool with it).
+   */
+  async waitReady(signal?: AbortSignal, timeoutMs = this.config.start_timeout_sec * 1000): Promise<Ready> {
+    if (this.current.kind === "stopped" || this.current.kind === "idle") void this.start();
+    if (this.current.kind === "starting" && this.starting) {
+      let timer: NodeJS.Timeout | undefined;
+      let onAbort: (() => void) | undefined;
+      try {
+        await Promise.race([
+          this.starting,
+          new Promise<void>((resolve) => {
+            timer = setTimeout(resolve, timeoutMs);
+            onAbort = resolve;
+            signal?.addEventListener("abort", onAbort, { once: true });
+          }),
+        ]);
+      } finally {
+        clearTimeout(timer);
+        if (onAbort) signal?.removeEventListener("abort", onAbort);
+      }
+    }
+    return this.ready();
+  }
+
+  /** The ready sandbox now, or throw saying why it is not ready. */
+  ready(): Ready {
+    const s = this.current;
+    if (s.kind === "ready" && this.client && !this.client.closed) {
+      return { client: this.client, name: this.name, status: s.status, tools: this.tools };
+    }
+    throw new NotReadyError(this.current);
+  }
+
+  /** Stop the sandbox (sandbox.stop). */
+  async stop(): Promise<void> {
+    const client = await this.ensureClient();
+    await client.request("sandbox.stop", { name: this.name });
+    this.set({ kind: "stopped", reason: "stopped by /krunbox" });
+  }
+
+  /** Close the server connection (the sandbox keeps running unless stop_on_exit). */
+  async dispose(): Promise<void> {
+    this.disposed = true;
+    const client = this.client;
+    this.client = undefined;
+    if (!client) return;
+    if (this.config.stop_on_exit && this.current.kind === "ready") {
+      await client.request("sandbox.stop", { name: this.name }).catch(() => {});
+    }
+    await client.close();
+  }
+}
+
+/** Thrown by ready() and waitReady(); the message is what the user and the model see. */
+export class NotReadyError extends Error {
+  readonly state: State;
+  constructor(state: State) {
+    super(notReadyReason(state));
+    this.name = "NotReadyError";
+    this.state = state;
+  }
+}
+
+function notReadyReason(s: State): string {
+  switch (s.kind) {
+    case "starting":
+      return `the sandbox is still starting${s.progress ? ` (${s.progress})` : ""}`;
+    case "failed":
+      return `the sandbox could not start: ${s.reason}${s.hint ? ` (${s.hint})` : ""}`;
+    case "stopped":
+      return `the sandbox stopped: ${s.reason}`;
+    case "idle":
+      return "the sandbox was not started";
+    case "ready":
+      return "the connection to krunbox serve is closed";
+  }
+}

@@ -1,0 +1,173 @@
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import { afterEach, beforeEach, describe, test } from "node:test";
+import { ConfigError, DEFAULTS, describeConfig, type LoadOptions, loadConfig, userConfigFile } from "../src/config.ts";
+
+let root: string;
+let ws: string;
+let home: string;
+
+function files(user?: string, project?: string): void {
+  if (user !== undefined) writeFileSync(path.join(home, "config", "pi.toml"), user);
+  if (project !== undefined) writeFileSync(path.join(ws, ".pi", "krunbox.toml"), project);
+}
+
+function load(opts: Partial<LoadOptions> = {}) {
+  return loadConfig({ workspace: ws, env: { KRUNBOX_HOME: home }, ...opts, ...(opts.env ? { env: { KRUNBOX_HOME: home, ...opts.env } } : {}) });
+}
+
+beforeEach(() => {
+  root = mkdtempSync(path.join(tmpdir(), "krunbox-config-"));
+  ws = path.join(root, "ws");
+  home = path.join(root, "kh");
+  mkdirSync(path.join(ws, ".pi"), { recursive: true });
+  mkdirSync(path.join(home, "config"), { recursive: true });
+});
+afterEach(() => rmSync(root, { recursive: true, force: true }));
+
+describe("config layering", () => {
+  test("defaults when there is nothing", () => {
+    const l = load();
+    assert.deepEqual(l.config, DEFAULTS);
+    assert.equal(l.sources.image, "default");
+    assert.deepEqual(l.warnings, []);
+  });
+
+  test("defaults < user < project < env < flags, with sources", () => {
+    files(
+      `image = "user/img"\ncpus = 4\nmemory_mib = 4096\nidle_timeout_sec = 60\n[env]\nA = "user"\nB = "user"\n`,
+      `image = "project/img"\ncpus = 2\n[env]\nB = "project"\n`,
+    );
+    const l = load({ env: { KRUNBOX_PI_CPUS: "3", KRUNBOX_PI_IDLE_TIMEOUT_SEC: "5" }, flags: { "krunbox-image": "flag/img" } });
+    assert.equal(l.config.image, "flag/img");
+    assert.equal(l.sources.image, "flag --krunbox-image");
+    assert.equal(l.config.cpus, 3);
+    assert.equal(l.sources.cpus, "env KRUNBOX_PI_CPUS");
+    assert.equal(l.config.memory_mib, 4096);
+    assert.match(l.sources.memory_mib, /^user /);
+    assert.equal(l.config.idle_timeout_sec, 5);
+    assert.deepEqual(l.config.env, { A: "user", B: "project" }, "env tables merge key by key");
+    assert.match(l.sources.env, /^project /);
+  });
+
+  test("KRUNBOX_PI_CONFIG names the user file; XDG otherwise", () => {
+    const f = path.join(root, "elsewhere.toml");
+    writeFileSync(f, `image = "from/elsewhere"\n`);
+    assert.equal(load({ env: { KRUNBOX_PI_CONFIG: f } }).config.image, "from/elsewhere");
+    assert.equal(userConfigFile({ XDG_CONFIG_HOME: "/x" }), "/x/krunbox/pi.toml");
+    assert.equal(userConfigFile({ KRUNBOX_HOME: "/k" }), "/k/config/pi.toml");
+  });
+
+  test("env lists, booleans and flags", () => {
+    const l = load({ env: { KRUNBOX_PI_PASS_THROUGH_TOOLS: "a, b,,a", KRUNBOX_PI_STOP_ON_EXIT: "yes" }, flags: { "krunbox-off": true, "krunbox-network": "none" } });
+    assert.deepEqual(l.config.pass_through_tools, ["a", "b"]);
+    assert.equal(l.config.stop_on_exit, true);
+    assert.equal(l.config.enabled, false);
+    assert.equal(l.sources.enabled, "flag --krunbox-off");
+    assert.equal(l.config.network, "none");
+  });
+
+  test("bad values are errors naming the file and key, never silently ignored", () => {
+    files(`network = "open"\n`);
+    assert.throws(() => load(), (e: Error) => e instanceof ConfigError && /pi\.toml: network: want one of tsi, none/.test(e.message));
+    files(`cpus = "many"\n`);
+    assert.throws(() => load(), /cpus: want an integer/);
+    files(`image = [\n`);
+    assert.throws(() => load(), ConfigError);
+    files(``);
+    assert.throws(() => load({ env: { KRUNBOX_PI_ENABLED: "maybe" } }), /KRUNBOX_PI_ENABLED: want true or false/);
+    assert.throws(() => load({ env: { KRUNBOX_PI_CPUS: "0" } }), /cpus: want at least 1/);
+    assert.throws(() => load({ flags: { "krunbox-network": "wide" } }), /flag --krunbox-network/);
+    files(`[[mounts]]\nhost = "relative/path"\n`);
+    assert.throws(() => load(), /want an absolute path/);
+    files(``, `shell = "bash"\n`);
+    assert.throws(() => load(), /shell: want "auto" or an absolute guest path/);
+  });
+
+  test("unknown keys are warnings", () => {
+    files(`imagee = "typo"\n`);
+    const l = load({ env: { KRUNBOX_PI_NOPE: "1" } });
+    assert.equal(l.warnings.length, 2);
+    assert.match(l.warnings[0] as string, /unknown key imagee/);
+    assert.match(l.warnings[1] as string, /KRUNBOX_PI_NOPE/);
+  });
+});
+
+describe("untrusted project files may narrow, not widen", () => {
+  const user = `cpus = 4\nmemory_mib = 4096\npass_through_tools = ["todo", "web"]\nenv_passthrough = ["GOPATH", "TOKEN"]\n[[mounts]]\nhost = "/srv/cache"\n[[mounts]]\nhost = "/srv/data"\nguest = "/data"\n`;
+
+  test("narrowing is kept", () => {
+    files(
+      user,
+      `cpus = 1\nmemory_mib = 512\nnetwork = "none"\nfallback = "none"\npass_through_tools = ["todo"]\nenv_passthrough = ["GOPATH"]\nimage = "proj/img"\n[[mounts]]\nhost = "/srv/data"\nguest = "/data"\nread_only = true\n`,
+    );
+    const l = load();
+    assert.equal(l.projectTrusted, false);
+    assert.equal(l.config.cpus, 1);
+    assert.equal(l.config.memory_mib, 512);
+    assert.equal(l.config.network, "none");
+    assert.deepEqual(l.config.pass_through_tools, ["todo"]);
+    assert.deepEqual(l.config.env_passthrough, ["GOPATH"]);
+    assert.deepEqual(l.config.mounts, [{ host: "/srv/data", guest: "/data", read_only: true }]);
+    assert.equal(l.config.image, "proj/img");
+    assert.deepEqual(l.warnings, []);
+  });
+
+  test("widening is refused with a warning each", () => {
+    files(
+      `network = "none"\n${user}`,
+      `enabled = false\ncpus = 8\nmemory_mib = 99999\nnetwork = "tsi"\nfallback = "host"\npass_through_tools = ["todo", "shell_exec"]\nenv_passthrough = ["AWS_SECRET_ACCESS_KEY"]\ntrusted_projects = ["/"]\n[[mounts]]\nhost = "/home"\n[[mounts]]\nhost = "/srv/cache"\nread_only = false\n`,
+    );
+    const l = load();
+    assert.equal(l.config.enabled, true);
+    assert.equal(l.config.cpus, 4);
+    assert.equal(l.config.memory_mib, 4096);
+    assert.equal(l.config.network, "none");
+    assert.equal(l.config.fallback, "none");
+    assert.deepEqual(l.config.pass_through_tools, ["todo"]);
+    assert.deepEqual(l.config.env_passthrough, []);
+    assert.deepEqual(l.config.mounts, [{ host: "/srv/cache", read_only: false }]);
+    assert.deepEqual(l.config.trusted_projects, []);
+    const w = l.warnings.join("\n");
+    for (const what of ["enabled = false", "cpus = 8", "memory_mib = 99999", 'network = "tsi"', 'fallback = "host"', "shell_exec", "AWS_SECRET_ACCESS_KEY", "mount /home", "trusted_projects"]) {
+      assert.ok(w.includes(what), `a warning about ${what} in:\n${w}`);
+    }
+  });
+
+  test("a mount cannot be made writable by the project", () => {
+    files(`[[mounts]]\nhost = "/srv/ro"\nread_only = true\n`, `[[mounts]]\nhost = "/srv/ro"\nread_only = false\n`);
+    assert.deepEqual(load().config.mounts, [{ host: "/srv/ro", read_only: true }]);
+  });
+
+  test("trusted by pi: the project file applies as is", () => {
+    files(user, `fallback = "host"\nnetwork = "tsi"\ncpus = 8\n[[mounts]]\nhost = "/home"\n`);
+    const l = load({ piTrustsProject: true });
+    assert.equal(l.projectTrusted, true);
+    assert.equal(l.config.fallback, "host");
+    assert.equal(l.config.cpus, 8);
+    assert.deepEqual(l.config.mounts, [{ host: "/home", read_only: false }]);
+  });
+
+  test("trusted by the user's trusted_projects (pi 0.73 has no trust)", () => {
+    files(`trusted_projects = [${JSON.stringify(ws)}]\n`, `fallback = "host"\n`);
+    assert.equal(load({ piTrustsProject: undefined }).config.fallback, "host");
+    files(`trusted_projects = ["/somewhere/else"]\n`, `fallback = "host"\n`);
+    assert.equal(load({ piTrustsProject: undefined }).config.fallback, "none");
+  });
+
+  test("environment and flags (the user's) may widen again", () => {
+    files(`network = "none"\n`);
+    assert.equal(load({ env: { KRUNBOX_PI_NETWORK: "tsi" } }).config.network, "tsi");
+  });
+
+  test("describeConfig shows every key with its source and the warnings", () => {
+    files(`image = "u/i"\n`, `fallback = "host"\n`);
+    const text = describeConfig(load());
+    assert.match(text, /^image = "u\/i" {2}\(user .*pi\.toml\)$/m);
+    assert.match(text, /^fallback = "none" {2}\(default\)$/m);
+    assert.match(text, /untrusted: may only narrow/);
+    assert.match(text, /^warning: .*fallback = "host"/m);
+  });
+});

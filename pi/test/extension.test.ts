@@ -1,0 +1,369 @@
+// The extension's routing and gating, with pi's real tool definitions (0.73.1 from
+// node_modules) behind a fake ExtensionAPI and a serve server (the stand-in by default).
+
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import { after, describe, test } from "node:test";
+import { KrunboxExtension, refusedWorkspace } from "../src/extension.ts";
+import { ServeClient } from "../src/rpc.ts";
+import { sandboxName } from "../src/workspace.ts";
+import { FakePi, registerHostTool } from "./fake-pi.ts";
+import { eventually, IMAGE, IS_STANDIN, removeSandbox, SERVE_BIN } from "./serve-driver.ts";
+
+// pi hands the host environment (this process's) to bash operations: it must not reach the guest.
+process.env.HOST_SECRET = "do-not-leak";
+
+const roots: string[] = [];
+const sessions: Setup[] = [];
+// Sessions a failed test left open would keep their krunbox serve (and this process) alive;
+// a real krunbox keeps the sandboxes running after them.
+after(async () => {
+  for (const s of sessions) {
+    await s.pi.emit("session_shutdown", { reason: "quit" });
+    if (!IS_STANDIN) await removeSandbox({ bin: s.env.KRUNBOX_BIN as string, env: s.env }, sandboxName(s.ws));
+  }
+  for (const r of roots) rmSync(r, { recursive: true, force: true });
+});
+
+interface Setup {
+  pi: FakePi;
+  ext: KrunboxExtension;
+  ws: string;
+  home: string;
+  env: NodeJS.ProcessEnv;
+}
+
+/** A workspace, a KRUNBOX_HOME with a user config, and the extension registered on a FakePi. */
+async function setup(
+  opts: { user?: string; project?: string; env?: NodeJS.ProcessEnv; trust?: boolean; argv?: string[]; piSettings?: boolean; bin?: string; start?: boolean } = {},
+): Promise<Setup> {
+  const root = realpathSync(mkdtempSync(path.join(tmpdir(), "krunbox-ext-")));
+  roots.push(root);
+  const ws = path.join(root, "ws");
+  const home = path.join(root, "kh");
+  mkdirSync(path.join(ws, ".git"), { recursive: true });
+  mkdirSync(path.join(home, "config"), { recursive: true });
+  writeFileSync(path.join(home, "config", "pi.toml"), `image = ${JSON.stringify(IMAGE)}\n${opts.user ?? ""}`);
+  if (opts.project) {
+    mkdirSync(path.join(ws, ".pi"), { recursive: true });
+    writeFileSync(path.join(ws, ".pi", "krunbox.toml"), opts.project);
+  }
+  if (opts.piSettings) writeFileSync(path.join(ws, ".pi", "settings.json"), "{}");
+  const fromEnv = process.env.KRUNBOX_SERVE_ENV ? (JSON.parse(process.env.KRUNBOX_SERVE_ENV) as NodeJS.ProcessEnv) : {};
+  const env = { PATH: process.env.PATH, HOME: process.env.HOME, KRUNBOX_HOME: home, KRUNBOX_BIN: opts.bin ?? SERVE_BIN, HOST_SECRET: "do-not-leak", ...fromEnv, ...opts.env };
+  const pi = new FakePi(ws, opts.trust);
+  const ext = new KrunboxExtension(pi.api(), {
+    env,
+    argv: opts.argv ?? ["node", "pi"],
+    findBinary: (e) => ({ path: e.KRUNBOX_BIN as string, source: "KRUNBOX_BIN" }),
+  });
+  ext.register();
+  const s = { pi, ext, ws, home, env };
+  sessions.push(s);
+  if (opts.start !== false) await pi.emit("session_start", { reason: "startup" });
+  return s;
+}
+
+async function ready(s: Setup): Promise<void> {
+  await eventually(() => /ready/.test(s.pi.status()), `ready, status is ${s.pi.status()}`, 60_000);
+}
+
+async function shutdown(s: Setup): Promise<void> {
+  await s.pi.emit("session_shutdown", { reason: "quit" });
+}
+
+describe("a sandbox that cannot be used blocks everything", () => {
+  test("a bad configuration: session_start does not throw, every tool is blocked, nothing runs", async () => {
+    const s = await setup({ user: `network = "wide-open"\n` });
+    assert.match(s.pi.status(), /^krunbox: blocked \(configuration: .*network/);
+    const marker = path.join(s.ws, "ran");
+    for (const [tool, input] of [
+      ["bash", { command: `touch ${marker}` }],
+      ["write", { path: marker, content: "x" }],
+      ["read", { path: "/etc/hostname" }],
+      ["edit", { path: marker, edits: [] }],
+      ["ls", {}],
+      ["find", { pattern: "*" }],
+      ["grep", { pattern: "x" }],
+    ] as const) {
+      const r = await s.pi.call(tool, input);
+      assert.ok(r.blocked, `${tool} must be blocked`);
+      assert.match(r.blocked, /krunbox: blocked, nothing ran: configuration: .*network/);
+    }
+    const ub = await s.pi.emit("user_bash", { command: `touch ${marker}`, cwd: s.ws, excludeFromContext: false });
+    assert.equal(ub.result.exitCode, 1);
+    assert.match(ub.result.output, /blocked/);
+    assert.equal(existsSync(marker), false);
+  });
+
+  test("tools executed without the gate still cannot reach the host", async () => {
+    const s = await setup({ user: `network = "wide-open"\n` });
+    const marker = path.join(s.ws, "ran");
+    for (const [tool, input] of [
+      ["bash", { command: `touch ${marker}` }],
+      ["write", { path: marker, content: "x" }],
+    ] as const) {
+      await assert.rejects(s.pi.tools.get(tool)?.execute("no-gate", input, undefined, undefined, s.pi.ctx()));
+    }
+    assert.equal(existsSync(marker), false);
+  });
+
+  test("no krunbox binary: blocked with where it looked", async () => {
+    const s = await setup({ start: false });
+    const pi = new FakePi(s.ws);
+    new KrunboxExtension(pi.api(), { env: { PATH: "/nonexistent", KRUNBOX_HOME: s.home } }).register();
+    await pi.emit("session_start", { reason: "startup" });
+    assert.match(pi.status(), /blocked \(krunbox not found/);
+    assert.match((await pi.call("bash", { command: "true" })).blocked ?? "", /krunbox not found/);
+  });
+
+  test("a workspace that is the home directory is refused, not mounted", async () => {
+    const s = await setup({ start: false });
+    const pi = new FakePi(s.home);
+    new KrunboxExtension(pi.api(), { env: { ...s.env, HOME: s.home }, findBinary: (e) => ({ path: e.KRUNBOX_BIN as string, source: "KRUNBOX_BIN" }) }).register();
+    await pi.emit("session_start", { reason: "startup" });
+    assert.match(pi.status(), /blocked \(refusing to mount .* \(your home directory\)/);
+    assert.match((await pi.call("bash", { command: "true" })).blocked ?? "", /refusing to mount/);
+    await pi.command("krunbox", "on");
+    await pi.command("krunbox", "restart");
+    assert.match((await pi.call("bash", { command: "true" })).blocked ?? "", /refusing to mount/, "/krunbox on and restart refuse too");
+    assert.equal(refusedWorkspace("/", {}), "refusing to mount / (the root directory) into the sandbox: start pi in a project directory, or /krunbox off");
+    assert.equal(refusedWorkspace(s.ws, { HOME: s.home }), undefined);
+  });
+
+  test("a sandbox that fails to start: blocked with the reason and the hint", async () => {
+    const s = await setup({ env: { KRUNBOX_LIBKRUN: "/nonexistent/libkrun.so.1" } });
+    await eventually(() => /blocked/.test(s.pi.status()), "blocked");
+    assert.match(s.pi.status(), /blocked \(start .*libkrun/);
+    const r = await s.pi.call("bash", { command: `touch ${path.join(s.ws, "ran")}` });
+    assert.match(r.blocked ?? "", /could not start: .*libkrun.*KRUNBOX_LIBKRUN/);
+    assert.equal(existsSync(path.join(s.ws, "ran")), false);
+    assert.ok(s.pi.notes.some((n) => n.level === "error" && /could not start/.test(n.message) && /\/krunbox off/.test(n.message)));
+    await shutdown(s);
+  });
+
+  test("tools of other extensions are blocked while sandboxed, unless passed through (labelled)", async () => {
+    const s = await setup({ user: `pass_through_tools = ["allowed_tool"]\n` });
+    await ready(s);
+    let ran = 0;
+    registerHostTool(s.pi, "host_tool", () => ran++);
+    registerHostTool(s.pi, "allowed_tool", () => ran++);
+    const blocked = await s.pi.call("host_tool", {});
+    assert.match(blocked.blocked ?? "", /"host_tool" would run on the host.*pass_through_tools/);
+    assert.equal(ran, 0);
+    const allowed = await s.pi.call("allowed_tool", {});
+    assert.equal(ran, 1);
+    assert.match(allowed.text, /^\[krunbox\] ran on the HOST, not in the sandbox \("allowed_tool" is in pass_through_tools\)\n/);
+    await shutdown(s);
+  });
+});
+
+describe("routing into the sandbox", () => {
+  test("the seven tools and !cmd run in the sandbox", async () => {
+    const s = await setup({ user: `env_passthrough = ["PASSED"]\n[env]\nFROM_CONFIG = "cfg"\n`, env: { PASSED: "yes" } });
+    await ready(s);
+    const call = async (tool: string, input: Record<string, unknown>) => {
+      const r = await s.pi.call(tool, input);
+      assert.equal(r.blocked, undefined, `${tool} blocked: ${r.blocked}`);
+      return r;
+    };
+    const f = path.join(s.ws, "dir", "f.txt");
+    assert.equal((await call("write", { path: f, content: "one\ntwo\n" })).isError, false);
+    assert.equal(readFileSync(f, "utf8"), "one\ntwo\n", "a workspace write reaches the host");
+    const outside = `/root/krunbox-ext-${path.basename(path.dirname(s.ws))}`;
+    assert.equal((await call("write", { path: outside, content: "vm only" })).isError, false);
+    assert.equal(existsSync(outside), false, "a write outside the workspace stays in the sandbox");
+    assert.match((await call("read", { path: outside })).text, /vm only/);
+    assert.match((await call("read", { path: "dir/f.txt" })).text, /one\ntwo/);
+    assert.equal((await call("edit", { path: f, edits: [{ oldText: "two", newText: "deux" }] })).isError, false);
+    assert.equal(readFileSync(f, "utf8"), "one\ndeux\n");
+    assert.match((await call("ls", { path: "." })).text, /^dir\/$/m);
+    assert.match((await call("find", { pattern: "*.txt" })).text, /dir\/f\.txt/);
+    assert.match((await call("grep", { pattern: "deux" })).text, /dir\/f\.txt:2: deux/);
+    const bash = await call("bash", { command: 'echo "host=$HOSTNAME secret=${HOST_SECRET:-unset} passed=$PASSED cfg=$FROM_CONFIG session=${PI_SESSION_ID:-unset}"; pwd' });
+    assert.match(bash.text, /secret=unset passed=yes cfg=cfg session=unset/);
+    assert.ok(bash.text.includes(s.ws), "bash runs in the workspace");
+    if (IS_STANDIN) assert.match(bash.text, /host=pi-ws-[0-9a-f]{8}/);
+    const ub = await s.pi.emit("user_bash", { command: "echo from-bang", cwd: s.ws, excludeFromContext: false });
+    let out = "";
+    const res = await ub.operations.exec("echo from-bang; echo ${HOST_SECRET:-unset}", s.ws, { onData: (d: Buffer) => (out += d) });
+    assert.equal(res.exitCode, 0);
+    assert.equal(out, "from-bang\nunset\n");
+    await shutdown(s);
+  });
+
+  test("bash: exit codes, timeout and abort", async () => {
+    const s = await setup();
+    await ready(s);
+    const failed = await s.pi.call("bash", { command: "echo partial; exit 3" });
+    assert.equal(failed.isError, true);
+    assert.match(failed.text, /partial[\s\S]*Command exited with code 3/);
+    const timedOut = await s.pi.call("bash", { command: "sleep 20", timeout: 0.5 });
+    assert.match(timedOut.text, /Command timed out after 0\.5 seconds/);
+    const ac = new AbortController();
+    const pidFile = path.join(s.ws, "abort.pid");
+    const aborted = s.pi.call("bash", { command: `sleep 30 & echo $! > ${pidFile}; wait` }, ac.signal);
+    await eventually(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "", "the command to start");
+    ac.abort();
+    assert.match((await aborted).text, /Command aborted/);
+    const pid = readFileSync(pidFile, "utf8").trim();
+    await eventually(async () => /dead/.test((await s.pi.call("bash", { command: `kill -0 ${pid} 2>/dev/null && echo alive || echo dead` })).text), "the group to die");
+    await shutdown(s);
+  });
+
+  test("a tool call that comes while the sandbox starts waits for it", async () => {
+    const s = await setup({ env: { KRUNBOX_STANDIN_BOOT_MS: "1500" } });
+    assert.match(s.pi.status(), /starting/);
+    const t0 = Date.now();
+    const r = await s.pi.call("bash", { command: "echo waited" });
+    assert.equal(r.blocked, undefined);
+    assert.match(r.text, /waited/);
+    if (IS_STANDIN) assert.ok(Date.now() - t0 >= 1000, "it waited for the start");
+    await shutdown(s);
+  });
+
+  test("a start slower than start_timeout_sec blocks the call with that reason", { skip: !IS_STANDIN && "uses the stand-in's boot delay" }, async () => {
+    const s = await setup({ user: "start_timeout_sec = 1\n", env: { KRUNBOX_STANDIN_BOOT_MS: "4000" } });
+    const r = await s.pi.call("bash", { command: "true" });
+    assert.match(r.blocked ?? "", /still starting/);
+    await shutdown(s);
+  });
+
+  test("a sandbox stopped by its idle timeout starts again at the next call", { skip: !IS_STANDIN && "a real idle timeout takes a while" }, async () => {
+    const s = await setup({ user: "idle_timeout_sec = 1\n" });
+    await ready(s);
+    await eventually(() => /stopped/.test(s.pi.status()), "the idle stop", 10_000);
+    const r = await s.pi.call("bash", { command: "echo again" });
+    assert.match(r.text, /again/);
+    assert.match(s.pi.status(), /ready/);
+    await shutdown(s);
+  });
+
+  test("a dead krunbox serve is started again at the next call", { skip: !IS_STANDIN && "needs the stand-in's crash switch" }, async () => {
+    const s = await setup({ env: { KRUNBOX_STANDIN_CRASH_ON: "fs.readDir" } });
+    await ready(s);
+    const crashed = await s.pi.call("ls", {});
+    assert.equal(crashed.isError, true);
+    assert.match(crashed.text, /krunbox serve exited with code 3/);
+    await eventually(() => /stopped/.test(s.pi.status()), "stopped after the crash");
+    const r = await s.pi.call("bash", { command: "echo back" });
+    assert.match(r.text, /back/);
+    await shutdown(s);
+  });
+
+  test("the system prompt says where tools run", async () => {
+    const s = await setup();
+    await ready(s);
+    const r = await s.pi.emit("before_agent_start", { systemPrompt: "BASE", prompt: "x" });
+    assert.match(r.systemPrompt, /^BASE\n\n# Sandbox\n/);
+    assert.ok(r.systemPrompt.includes(`The project directory ${s.ws} is mounted at the same path`));
+    await s.pi.command("krunbox", "off");
+    assert.equal(await s.pi.emit("before_agent_start", { systemPrompt: "BASE", prompt: "x" }), undefined);
+    await shutdown(s);
+  });
+});
+
+describe("host execution only when asked, always labelled", () => {
+  test("/krunbox off runs on the host, labelled; /krunbox on goes back", async () => {
+    const s = await setup();
+    await ready(s);
+    await s.pi.command("krunbox", "off");
+    assert.match(s.pi.status(), /^krunbox: HOST \(\/krunbox off\)/);
+    assert.ok(s.pi.notes.some((n) => n.level === "warning" && /HOST/.test(n.message)));
+    const marker = path.join(s.ws, "host-marker");
+    const r = await s.pi.call("bash", { command: `echo on-host > ${marker}; echo pid=$$` });
+    assert.match(r.text, /^\[krunbox\] ran on the HOST, not in the sandbox \(\/krunbox off\)\n/);
+    assert.equal(readFileSync(marker, "utf8"), "on-host\n");
+    const w = await s.pi.call("write", { path: path.join(s.ws, "hw.txt"), content: "x" });
+    assert.match(w.text, /^\[krunbox\] ran on the HOST/);
+    let out = "";
+    const ub = await s.pi.emit("user_bash", { command: "echo bang", cwd: s.ws, excludeFromContext: false });
+    await ub.operations.exec("echo bang", s.ws, { onData: (d: Buffer) => (out += d) });
+    assert.match(out, /^\[krunbox\] ran on the HOST.*\nbang\n$/);
+    await s.pi.command("krunbox", "on");
+    assert.match(s.pi.status(), /ready/);
+    const back = await s.pi.call("bash", { command: "echo ${HOST_SECRET:-unset}" });
+    assert.match(back.text, /^unset/);
+    await shutdown(s);
+  });
+
+  test('fallback = "host" in the user file: a failed start runs tools on the host, labelled', async () => {
+    const s = await setup({ user: `fallback = "host"\n`, env: { KRUNBOX_LIBKRUN: "/nonexistent/libkrun.so.1" } });
+    await eventually(() => /HOST/.test(s.pi.status()), "host fallback");
+    assert.match(s.pi.status(), /HOST \(fallback = "host" .* because .*libkrun/);
+    const r = await s.pi.call("bash", { command: "echo fell-back" });
+    assert.match(r.text, /^\[krunbox\] ran on the HOST, not in the sandbox \(fallback/);
+    assert.match(r.text, /fell-back/);
+    await shutdown(s);
+  });
+
+  test("an untrusted project cannot turn on the host fallback; one pi decided to trust can", async () => {
+    const project = `fallback = "host"\n`;
+    const env = { KRUNBOX_LIBKRUN: "/nonexistent/libkrun.so.1" };
+    const cases: [string, Parameters<typeof setup>[0], RegExp][] = [
+      ["pi says no", { trust: false }, /blocked/],
+      ["pi 0.73 (no trust at all)", {}, /blocked/],
+      ["pi trusts by default only", { trust: true }, /blocked/],
+      ["pi trusts after deciding on its own .pi resources", { trust: true, piSettings: true }, /HOST/],
+      ["pi trusts with --approve", { trust: true, argv: ["node", "pi", "--approve"] }, /HOST/],
+    ];
+    for (const [label, opts, want] of cases) {
+      const s = await setup({ project, env, ...opts });
+      await eventually(() => want.test(s.pi.status()), `${label}: ${want}, status ${s.pi.status()}`);
+      const refused = s.pi.notes.some((n) => /fallback = "host" would run tools on the host: refused/.test(n.message));
+      assert.equal(refused, /blocked/.test(want.source), label);
+      await shutdown(s);
+    }
+  });
+
+  test("--krunbox-off starts on the host", async () => {
+    const s = await setup({ start: false });
+    s.pi.flags.set("krunbox-off", true);
+    await s.pi.emit("session_start", { reason: "startup" });
+    assert.match(s.pi.status(), /HOST \(enabled = false \(flag --krunbox-off\)\)/);
+    assert.match((await s.pi.call("bash", { command: "echo x" })).text, /^\[krunbox\] ran on the HOST/);
+  });
+});
+
+describe("/krunbox", () => {
+  test("status, config, logs, restart", async () => {
+    const s = await setup({ user: "cpus = 1\n" });
+    await ready(s);
+    await s.pi.command("krunbox", "status");
+    const status = s.pi.notes[s.pi.notes.length - 1]?.message ?? "";
+    assert.match(status, /^krunbox: ready \(/);
+    assert.match(status, /sandbox: pi-ws-[0-9a-f]{8}/);
+    assert.match(status, /krunbox: .* \(KRUNBOX_BIN\)/);
+    assert.match(status, /server says: ready/);
+    await s.pi.command("krunbox", "config");
+    assert.match(s.pi.notes[s.pi.notes.length - 1]?.message ?? "", /^cpus = 1 {2}\(user /m);
+    await s.pi.command("krunbox", "logs");
+    assert.match(s.pi.notes[s.pi.notes.length - 1]?.message ?? "", /--- console of pi-ws-[\s\S]*--- krunbox serve log/);
+    writeFileSync(path.join(s.ws, "kept"), "k");
+    await s.pi.call("write", { path: "/root/gone-after-recreate", content: "x" });
+    await s.pi.command("krunbox", "restart");
+    assert.match(s.pi.status(), /ready/);
+    assert.match((await s.pi.call("read", { path: "/root/gone-after-recreate" })).text, /ENOENT/, "restart recreates the sandbox");
+    assert.equal(readFileSync(path.join(s.ws, "kept"), "utf8"), "k", "the workspace is the host's and stays");
+    await s.pi.command("krunbox", "bogus");
+    assert.match(s.pi.notes[s.pi.notes.length - 1]?.message ?? "", /unknown subcommand "bogus"/);
+    await shutdown(s);
+  });
+
+  test("stop_on_exit stops the sandbox when the session ends; the default keeps it", async () => {
+    for (const [user, want] of [["", "ready"], ["stop_on_exit = true\n", "stopped"]] as const) {
+      const s = await setup({ user });
+      await ready(s);
+      await shutdown(s);
+      const c = await ServeClient.connect({ bin: s.env.KRUNBOX_BIN as string, env: s.env }, { name: "t", version: "0" });
+      try {
+        const st = await c.request<{ state: string }>("sandbox.status", { name: sandboxName(s.ws) });
+        assert.equal(st.state, want, user || "default");
+      } finally {
+        await c.close();
+      }
+    }
+  });
+});

@@ -1,0 +1,173 @@
+// Helpers to run a `krunbox serve --stdio` server under test: the stand-in by default, or
+// any krunbox named by KRUNBOX_SERVE_BIN (phase 2: build/krunbox on the libkrun test
+// double, with KRUNBOX_SERVE_ENV='{"KRUNBOX_LIBKRUN": "..."}' and KRUNBOX_SERVE_IMAGE).
+
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import { fileURLToPath } from "node:url";
+import { RpcError } from "../src/protocol.ts";
+import { ServeClient, type ServeCommand } from "../src/rpc.ts";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+/** The stand-in krunbox. */
+export const STANDIN = path.join(here, "standin", "krunbox");
+
+/** The server binary under test. */
+export const SERVE_BIN = process.env.KRUNBOX_SERVE_BIN ? path.resolve(process.env.KRUNBOX_SERVE_BIN) : STANDIN;
+
+/** Whether the server under test is the stand-in (which runs commands on the host). */
+export const IS_STANDIN = SERVE_BIN === STANDIN;
+
+/** The image sandboxes are created from. */
+export const IMAGE = process.env.KRUNBOX_SERVE_IMAGE ?? "standin.invalid/busybox:latest";
+
+/** A temporary KRUNBOX_HOME and workspace, and the server command using them. */
+export class ServeEnv {
+  readonly root: string;
+  readonly home: string;
+  readonly workspace: string;
+  readonly env: NodeJS.ProcessEnv;
+
+  constructor(extraEnv: NodeJS.ProcessEnv = {}) {
+    this.root = realpathSync(mkdtempSync(path.join(tmpdir(), "krunbox-serve-")));
+    this.home = path.join(this.root, "home");
+    this.workspace = path.join(this.root, "ws");
+    mkdirSync(this.home, { recursive: true });
+    mkdirSync(this.workspace, { recursive: true });
+    const fromEnv = process.env.KRUNBOX_SERVE_ENV ? (JSON.parse(process.env.KRUNBOX_SERVE_ENV) as NodeJS.ProcessEnv) : {};
+    this.env = { PATH: process.env.PATH, HOME: process.env.HOME, KRUNBOX_HOME: this.home, ...fromEnv, ...extraEnv };
+  }
+
+  command(): ServeCommand {
+    return { bin: SERVE_BIN, env: this.env, cwd: this.root };
+  }
+
+  connect(): Promise<ServeClient> {
+    return ServeClient.connect(this.command(), { name: "test", version: "0" });
+  }
+
+  /** A sandbox name unique to this environment. */
+  name(suffix = "t"): string {
+    return `t-${path.basename(this.root).replace(/[^a-z0-9]/gi, "").toLowerCase().slice(-10)}-${suffix}`;
+  }
+
+  ensureParams(name: string, config: object = {}): object {
+    return { name, workspace: this.workspace, config: { image: IMAGE, ...config } };
+  }
+
+  cleanup(): void {
+    rmSync(this.root, { recursive: true, force: true });
+  }
+}
+
+/** A server driven with raw lines, for malformed input and exact message order. */
+export class RawServer {
+  readonly messages: Record<string, unknown>[] = [];
+  private readonly child: ChildProcess;
+  private buf = "";
+  private waiters: (() => void)[] = [];
+  readonly exited: Promise<number | null>;
+
+  constructor(cmd: ServeCommand) {
+    this.child = spawn(cmd.bin, cmd.args ?? ["serve", "--stdio"], { env: cmd.env, cwd: cmd.cwd, stdio: ["pipe", "pipe", "ignore"] });
+    this.child.stdout?.setEncoding("utf8");
+    this.child.stdout?.on("data", (d: string) => {
+      this.buf += d;
+      const lines = this.buf.split("\n");
+      this.buf = lines.pop() ?? "";
+      for (const l of lines) if (l.trim()) this.messages.push(JSON.parse(l));
+      for (const w of this.waiters.splice(0)) w();
+    });
+    this.exited = new Promise((resolve) => this.child.on("close", (code) => resolve(code)));
+  }
+
+  write(line: string): void {
+    this.child.stdin?.write(line.endsWith("\n") ? line : `${line}\n`);
+  }
+
+  send(id: number | string, method: string, params: object = {}): void {
+    this.write(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+  }
+
+  /** Wait until pred matches a message; returns it. */
+  async waitFor(pred: (m: Record<string, unknown>) => boolean, what: string, timeoutMs = 20_000): Promise<Record<string, unknown>> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const m = this.messages.find(pred);
+      if (m) return m;
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; got ${JSON.stringify(this.messages.slice(-5))}`);
+      await new Promise<void>((resolve) => {
+        this.waiters.push(resolve);
+        setTimeout(resolve, 200);
+      });
+    }
+  }
+
+  response(id: number | string, timeoutMs?: number): Promise<Record<string, unknown>> {
+    return this.waitFor((m) => m.id === id && ("result" in m || "error" in m), `response ${id}`, timeoutMs);
+  }
+
+  end(): void {
+    this.child.stdin?.end();
+  }
+
+  kill(): void {
+    this.child.kill("SIGKILL");
+  }
+}
+
+/** Poll cond until it is true or the deadline passes. */
+export async function eventually(cond: () => Promise<boolean> | boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (let delay = 10; ; delay = Math.min(delay * 2, 200)) {
+    if (await cond()) return;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, delay));
+  }
+}
+
+/**
+ * Stop and remove a sandbox through a fresh connection, ignoring failures. Real servers
+ * keep sandboxes (VMs) running after a session ends, so tests using one clean up this way.
+ */
+export async function removeSandbox(cmd: ServeCommand, name: string): Promise<void> {
+  try {
+    const c = await ServeClient.connect(cmd, { name: "test-cleanup", version: "0" });
+    try {
+      await c.request("sandbox.stop", { name, remove: true });
+    } finally {
+      await c.close();
+    }
+  } catch {
+    // nothing to clean, or nothing we can do
+  }
+}
+
+/** The RpcError p rejects with; fails the test when p resolves or rejects otherwise. */
+export async function rpcRejection(p: Promise<unknown>): Promise<RpcError> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof RpcError) return err;
+    throw err;
+  }
+  throw new Error("expected a rejection with an RpcError");
+}
+
+/** Run fn with a fresh server environment and connection, cleaned up afterwards. */
+export async function withServer<T>(extraEnv: NodeJS.ProcessEnv, fn: (c: ServeClient, env: ServeEnv) => Promise<T>): Promise<T> {
+  const env = new ServeEnv(extraEnv);
+  try {
+    const c = await env.connect();
+    try {
+      return await fn(c, env);
+    } finally {
+      await c.close();
+    }
+  } finally {
+    env.cleanup();
+  }
+}
