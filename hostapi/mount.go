@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/krunbox/krunbox/guestagent/protocol"
 )
 
 // Mount shares a host directory with the guest, live, over virtio-fs.
@@ -59,11 +61,7 @@ func ParseMount(s string) (Mount, error) {
 
 // reservedGuestPaths are guest paths no mount may cover or shadow: the root,
 // the kernel's filesystems, and where krunbox puts the agent.
-var reservedGuestPaths = []string{"/", "/proc", "/sys", "/dev", GuestDir}
-
-// GuestDir is the guest directory holding the krunbox agent and its
-// configuration.
-const GuestDir = "/.krunbox"
+var reservedGuestPaths = []string{"/", "/proc", "/sys", "/dev", protocol.GuestDir}
 
 // errMount is wrapped by every mount validation error.
 var errMount = errors.New("invalid mount")

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/krunbox/krunbox/guestagent/protocol"
 )
 
 func TestParseMount(t *testing.T) {
@@ -77,7 +79,7 @@ func TestResolveMounts(t *testing.T) {
 		{name: "proc", in: []Mount{{HostPath: a, GuestPath: "/proc"}}, wantErr: "shadow /proc"},
 		{name: "under sys", in: []Mount{{HostPath: a, GuestPath: "/sys/fs/x"}}, wantErr: "shadow /sys"},
 		{name: "dev via dots", in: []Mount{{HostPath: a, GuestPath: "/tmp/../dev"}}, wantErr: "shadow /dev"},
-		{name: "krunbox dir", in: []Mount{{HostPath: a, GuestPath: GuestDir + "/x"}}, wantErr: "shadow " + GuestDir},
+		{name: "krunbox dir", in: []Mount{{HostPath: a, GuestPath: protocol.GuestDir + "/x"}}, wantErr: "shadow " + protocol.GuestDir},
 		{name: "devices is fine", in: []Mount{{HostPath: a, GuestPath: "/devices"}}, want: []Mount{{HostPath: a, GuestPath: "/devices"}}},
 		{name: "duplicate", in: []Mount{{HostPath: a, GuestPath: "/x"}, {HostPath: b, GuestPath: "/x"}}, wantErr: "overlap"},
 		{name: "nested", in: []Mount{{HostPath: a}, {HostPath: filepath.Join(a, "sub")}}, wantErr: "overlap"},
