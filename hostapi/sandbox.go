@@ -124,10 +124,7 @@ type ImageInfo struct {
 }
 
 // Image describes the sandbox's image.
-func (s *Sandbox) Image() ImageInfo {
-	i := s.rec.Image
-	return ImageInfo{Ref: i.Ref, Name: i.Name, Digest: i.Digest, Platform: i.Platform, Config: i.Config}
-}
+func (s *Sandbox) Image() ImageInfo { return ImageInfo(s.rec.Image) }
 
 func (s *Sandbox) path(name string) string { return filepath.Join(s.dir, name) }
 

@@ -323,4 +323,3 @@ func TestGuestEnv(t *testing.T) {
 		t.Errorf("guestEnv without PATH = %v", got)
 	}
 }
-
