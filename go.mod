@@ -5,9 +5,12 @@ go 1.26.0
 require (
 	github.com/creack/pty v1.1.24
 	github.com/docker/cli v29.7.2+incompatible
+	github.com/docker/go-units v0.5.0
+	github.com/gofrs/flock v0.13.2
 	github.com/google/go-containerregistry v0.22.1
 	github.com/klauspost/compress v1.20.4
 	github.com/mdlayher/vsock v1.4.0
+	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.47.0

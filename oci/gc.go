@@ -143,6 +143,19 @@ func (s *Store) collect(r *records, treeCandidate, blobCandidate func(v1.Hash) b
 	if err != nil {
 		return err
 	}
+	// An image in use keeps its blobs too, so that its tree can be made
+	// again (after a reboot, say) even once its record is gone.
+	for _, e := range trees {
+		h := v1.Hash{Algorithm: "sha256", Hex: e.Name()}
+		if inUse == nil || refTrees[h] || !inUse(h) {
+			continue
+		}
+		if img, err := s.cachedImage(h); err == nil {
+			for _, b := range referencedBlobs(img) {
+				refBlobs[b] = true
+			}
+		}
+	}
 	for _, e := range trees {
 		h := v1.Hash{Algorithm: "sha256", Hex: e.Name()}
 		if !treeCandidate(h) || refTrees[h] || (inUse != nil && inUse(h)) {

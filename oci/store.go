@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -322,4 +323,74 @@ func (s *Store) treeValid(digest v1.Hash) (*treeMeta, bool) {
 		return nil, false
 	}
 	return &m, m.Synced || (m.BootID != "" && m.BootID == bootID())
+}
+
+// Rootfs returns the flattened tree of the cached image whose manifest has
+// digest, flattening it again from the blob cache when it is missing or was
+// made before the last reboot without being synced. It never touches the
+// network, and a tag that moved since does not change what it returns:
+// sandboxes use it to find their own image again. It returns ErrNotFound
+// when neither a valid tree nor the image's record is left.
+func (s *Store) Rootfs(ctx context.Context, digest v1.Hash) (string, error) {
+	unlock, err := lockFile(ctx, s.path("locks", "store.lock"), false)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	root := filepath.Join(s.treeDir(digest), "rootfs")
+	if _, ok := s.treeValid(digest); ok {
+		return root, nil
+	}
+	img, err := s.cachedImage(digest)
+	if err != nil {
+		return "", fmt.Errorf("image %s: %w", digest, err)
+	}
+	if err := s.ensureTree(ctx, img, cachedLayers(img), nil); err != nil {
+		return "", fmt.Errorf("image %s: %w", digest, err)
+	}
+	return root, nil
+}
+
+// cachedImage rebuilds the record of an image from its manifest and config
+// in the blob cache, which outlive the record when a tag moves or the
+// record is removed while a sandbox uses the image.
+func (s *Store) cachedImage(digest v1.Hash) (*Image, error) {
+	rm, err := os.ReadFile(s.blobPath(digest))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	m, err := v1.ParseManifest(bytes.NewReader(rm))
+	if err != nil {
+		return nil, fmt.Errorf("cached manifest: %w", err)
+	}
+	rc, err := os.ReadFile(s.blobPath(m.Config.Digest))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	cf, err := v1.ParseConfigFile(bytes.NewReader(rc))
+	if err != nil {
+		return nil, fmt.Errorf("cached config: %w", err)
+	}
+	if len(cf.RootFS.DiffIDs) != len(m.Layers) {
+		return nil, fmt.Errorf("cached manifest has %d layers but its config %d diff_ids", len(m.Layers), len(cf.RootFS.DiffIDs))
+	}
+	img := &Image{
+		Name:         digest.String(),
+		Digest:       digest,
+		ConfigDigest: m.Config.Digest,
+		Config:       imageConfig(cf.Config),
+		Layers:       m.Layers,
+		DiffIDs:      cf.RootFS.DiffIDs,
+		Rootfs:       filepath.Join(s.treeDir(digest), "rootfs"),
+	}
+	if p := cf.Platform(); p != nil {
+		img.Platform = *p
+	}
+	return img, nil
 }

@@ -443,21 +443,25 @@ func TestListRemovePrune(t *testing.T) {
 	if _, err := s.Remove(ctx, "nope:1", nil); !errors.Is(err, oci.ErrNotFound) {
 		t.Errorf("remove unknown: %v", err)
 	}
-	// B's tree is in use: the record goes, the tree stays.
+	// B is in use: the record goes; the tree and the blobs to make it
+	// again stay.
 	inUse := func(h v1.Hash) bool { return h == imgB.Digest }
 	freed, err := s.Remove(ctx, imgB.Digest.Hex[:12], inUse)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(freed.Images) != 1 || len(freed.Trees) != 0 || freed.Blobs != 3 {
-		t.Errorf("remove B (in use): %+v; want its record and 3 blobs (manifest, config, top layer), no tree", freed)
+	if len(freed.Images) != 1 || len(freed.Trees) != 0 || freed.Blobs != 0 {
+		t.Errorf("remove B (in use): %+v; want its record only", freed)
 	}
 	if _, err := os.Stat(imgB.Rootfs); err != nil {
 		t.Errorf("tree in use was deleted: %v", err)
 	}
+	if root, err := s.Rootfs(ctx, imgB.Digest); err != nil || root != imgB.Rootfs {
+		t.Errorf("Rootfs of B after its record was removed: %q, %v", root, err)
+	}
 	freed, err = s.Prune(ctx, nil)
-	if err != nil || len(freed.Trees) != 1 || freed.Trees[0] != imgB.Digest || freed.Bytes <= 0 {
-		t.Errorf("prune: %+v, %v; want B's tree", freed, err)
+	if err != nil || len(freed.Trees) != 1 || freed.Trees[0] != imgB.Digest || freed.Blobs != 3 || freed.Bytes <= 0 {
+		t.Errorf("prune: %+v, %v; want B's tree and 3 blobs (manifest, config, top layer)", freed, err)
 	}
 	if _, err := os.Stat(imgB.Rootfs); !os.IsNotExist(err) {
 		t.Errorf("pruned tree still there: %v", err)
@@ -535,5 +539,55 @@ func TestPullBusybox(t *testing.T) {
 	}
 	if !strings.Contains(tree["etc/passwd"].Body, "root:x:0:0") || img.Config.Cmd[0] != "/bin/sh" {
 		t.Errorf("passwd %q, config %+v", tree["etc/passwd"].Body, img.Config)
+	}
+}
+
+func TestRootfsByDigest(t *testing.T) {
+	ctx := t.Context()
+	var offline atomic.Bool
+	reg := testimage.NewRegistry(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if offline.Load() {
+				http.Error(w, "offline", http.StatusServiceUnavailable)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	ref := reg.Push(t, "img", "v1", rulesImage(t, ""))
+	s := openStore(t)
+	img, err := s.Pull(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.Rootfs(ctx, img.Digest)
+	if err != nil || root != img.Rootfs {
+		t.Fatalf("Rootfs = %q, %v; want %q", root, err, img.Rootfs)
+	}
+	// The tag moves to another image: the digest still finds the first.
+	other := testimage.Image(t, "", testimage.Config{Env: []string{"OTHER=1"}}, testimage.Layer(t, testimage.RuleLayers()[0]...))
+	reg.Push(t, "img", "v1", other)
+	if moved, err := s.Pull(ctx, ref, oci.WithPolicy(oci.PullAlways)); err != nil || moved.Digest == img.Digest {
+		t.Fatalf("pull of the moved tag: %v, %v", moved, err)
+	}
+	// A stale, damaged tree is flattened again from the blob cache, offline.
+	offline.Store(true)
+	meta := filepath.Join(filepath.Dir(img.Rootfs), "meta.json")
+	b, _ := os.ReadFile(meta)
+	if err := os.WriteFile(meta, []byte(strings.Replace(string(b), `"bootID":"`, `"bootID":"old-`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(img.Rootfs, "etc", "passwd"), []byte("damaged"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err = s.Rootfs(ctx, img.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, root, wantTree())
+
+	missing := v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("0", 64)}
+	if _, err := s.Rootfs(ctx, missing); !errors.Is(err, oci.ErrNotFound) {
+		t.Fatalf("Rootfs of an unknown digest: %v, want ErrNotFound", err)
 	}
 }

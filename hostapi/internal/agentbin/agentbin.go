@@ -21,6 +21,8 @@ type Binary struct {
 	Data []byte
 	// Source says where it came from, for diagnostics.
 	Source string
+	// Path is the host file it was read from; empty when embedded.
+	Path string
 }
 
 // ErrNotFound is returned when no agent exists for the architecture.
@@ -36,7 +38,7 @@ func Lookup(arch string) (*Binary, error) {
 		if err != nil {
 			return nil, fmt.Errorf("KRUNBOX_AGENT: %w", err)
 		}
-		return &Binary{Data: data, Source: p}, nil
+		return &Binary{Data: data, Source: p, Path: p}, nil
 	}
 	name := FileName(arch)
 	if data, err := fs.ReadFile(embedded, "bin/"+name); err == nil {
@@ -47,7 +49,7 @@ func Lookup(arch string) (*Binary, error) {
 		for _, n := range []string{name, "krunbox-agent"} {
 			p := filepath.Join(dir, n)
 			if data, err := os.ReadFile(p); err == nil {
-				return &Binary{Data: data, Source: p}, nil
+				return &Binary{Data: data, Source: p, Path: p}, nil
 			}
 		}
 	}

@@ -1,0 +1,175 @@
+package hostapi
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/krunbox/krunbox/oci"
+)
+
+// Network selects a sandbox's network.
+type Network string
+
+// Networks.
+const (
+	// NetworkTSI gives the guest the host's network identity through
+	// libkrun's transparent socket impersonation (the default). Guest
+	// listeners become host listeners.
+	NetworkTSI Network = "tsi"
+	// NetworkNone gives the guest no network at all, only loopback.
+	NetworkNone Network = "none"
+)
+
+// PortMapping publishes a guest TCP port on a host port.
+type PortMapping struct {
+	Host  uint16 `json:"host"`
+	Guest uint16 `json:"guest"`
+}
+
+// Defaults of a Config.
+const (
+	DefaultCPUs      = 2
+	DefaultMemoryMiB = 2048
+)
+
+// Config describes a sandbox.
+type Config struct {
+	// Name names the sandbox; empty generates one.
+	Name string `json:"name"`
+	// Image is the image reference (see oci.ReferenceHelp).
+	Image string `json:"image"`
+	// PullPolicy says when to pull the image; empty means if-missing.
+	PullPolicy oci.PullPolicy `json:"pull_policy,omitempty"`
+	// Platform picks the image platform (os/arch[/variant]); empty means
+	// the host's.
+	Platform string `json:"platform,omitempty"`
+	// CPUs is the number of vCPUs; 0 means DefaultCPUs.
+	CPUs int `json:"cpus,omitempty"`
+	// MemoryMiB is the guest memory; 0 means DefaultMemoryMiB.
+	MemoryMiB int `json:"memory_mib,omitempty"`
+	// Workspace is a host directory mounted live at the same absolute path
+	// in the guest and used as the default working directory. A git
+	// worktree's or submodule's git directories outside it are mounted
+	// too, at their own paths, so git works in the guest.
+	Workspace string `json:"workspace,omitempty"`
+	// Mounts are further host directories shared with the guest.
+	Mounts []Mount `json:"mounts,omitempty"`
+	// Env (KEY=VALUE) is added to the image's environment. Nothing of the
+	// host's environment is forwarded otherwise.
+	Env []string `json:"env,omitempty"`
+	// Workdir is the default working directory of commands; empty means
+	// the workspace, else the image's.
+	Workdir string `json:"workdir,omitempty"`
+	// User runs commands as this guest user (name or uid[:gid]); empty
+	// means the image's.
+	User string `json:"user,omitempty"`
+	// Network is NetworkTSI (the default) or NetworkNone.
+	Network Network `json:"network,omitempty"`
+	// Ports publishes guest ports on the host (TSI only).
+	Ports []PortMapping `json:"ports,omitempty"`
+	// IdleTimeout stops the VM after this long without exec or file
+	// activity and with no command running; 0 never does. Pings and
+	// status checks are not activity.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// Labels are free-form metadata.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.PullPolicy == "" {
+		c.PullPolicy = oci.PullIfMissing
+	}
+	if c.CPUs == 0 {
+		c.CPUs = DefaultCPUs
+	}
+	if c.MemoryMiB == 0 {
+		c.MemoryMiB = DefaultMemoryMiB
+	}
+	if c.Network == "" {
+		c.Network = NetworkTSI
+	}
+	c.Mounts = slices.Clone(c.Mounts)
+	c.Env = slices.Clone(c.Env)
+	c.Ports = slices.Clone(c.Ports)
+	c.Labels = maps.Clone(c.Labels)
+	return c
+}
+
+// validate checks the fields that need no file system.
+func (c *Config) validate() error {
+	var errs []error
+	if c.Name != "" {
+		if err := ValidateName(c.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Image == "" {
+		errs = append(errs, errors.New("no image"))
+	}
+	if _, err := oci.ParsePullPolicy(string(c.PullPolicy)); err != nil {
+		errs = append(errs, err)
+	}
+	if c.CPUs < 1 || c.CPUs > 255 {
+		errs = append(errs, fmt.Errorf("cpus %d: want 1 to 255", c.CPUs))
+	}
+	if c.MemoryMiB < 128 {
+		errs = append(errs, fmt.Errorf("memory %d MiB: want at least 128 MiB", c.MemoryMiB))
+	}
+	for _, e := range c.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("env entry %q: want KEY=VALUE", e))
+		}
+	}
+	switch c.Network {
+	case NetworkTSI:
+	case NetworkNone:
+		if len(c.Ports) > 0 {
+			errs = append(errs, errors.New("published ports need a network: not possible with network none"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("network %q: want %q or %q", c.Network, NetworkTSI, NetworkNone))
+	}
+	seen := map[uint16]bool{}
+	for _, p := range c.Ports {
+		if p.Host == 0 || p.Guest == 0 {
+			errs = append(errs, fmt.Errorf("port mapping %d:%d: ports must be 1 to 65535", p.Host, p.Guest))
+		}
+		if seen[p.Host] {
+			errs = append(errs, fmt.Errorf("host port %d is published twice", p.Host))
+		}
+		seen[p.Host] = true
+	}
+	if c.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("idle timeout %v: want 0 or more", c.IdleTimeout))
+	}
+	if c.Workdir != "" && !strings.HasPrefix(c.Workdir, "/") {
+		errs = append(errs, fmt.Errorf("workdir %q: want an absolute guest path", c.Workdir))
+	}
+	return errors.Join(errs...)
+}
+
+// ParsePortMapping parses HOST:GUEST, or a single PORT for the same port on
+// both sides, as given to "krunbox run -p".
+func ParsePortMapping(s string) (PortMapping, error) {
+	hostStr, guestStr, ok := strings.Cut(s, ":")
+	if !ok {
+		guestStr = hostStr
+	}
+	var p PortMapping
+	for _, f := range []struct {
+		s   string
+		dst *uint16
+	}{{hostStr, &p.Host}, {guestStr, &p.Guest}} {
+		var n uint64
+		if _, err := fmt.Sscanf(f.s, "%d", &n); err != nil || fmt.Sprint(n) != f.s || n < 1 || n > 65535 {
+			return PortMapping{}, fmt.Errorf("port mapping %q: want HOST:GUEST with ports 1 to 65535", s)
+		}
+		*f.dst = uint16(n)
+	}
+	return p, nil
+}

@@ -1,0 +1,319 @@
+package hostapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/krunbox/krunbox/oci"
+)
+
+// ErrNotFound reports a sandbox that does not exist.
+var ErrNotFound = errors.New("no such sandbox")
+
+// ErrExists reports a sandbox name that is taken.
+var ErrExists = errors.New("sandbox already exists")
+
+// Host manages the sandboxes of one krunbox state directory and the image
+// cache they are made from. It is safe for concurrent use, and several
+// processes may use the same directories at once.
+type Host struct {
+	dirs         Dirs
+	libkrun      string
+	progress     func(oci.Progress)
+	storeOpts    []oci.Option
+	startTimeout time.Duration
+	stopTimeout  time.Duration
+	log          *slog.Logger
+
+	storeOnce sync.Once
+	store     *oci.Store
+	storeErr  error
+}
+
+// HostOption configures a Host.
+type HostOption func(*Host)
+
+// WithDirs sets the directories (default: DefaultDirs).
+func WithDirs(d Dirs) HostOption { return func(h *Host) { h.dirs = d } }
+
+// WithLibkrun names the libkrun library file to load (default: the
+// KRUNBOX_LIBKRUN variable, then the platform's usual names).
+func WithLibkrun(path string) HostOption { return func(h *Host) { h.libkrun = path } }
+
+// WithPullProgress receives the progress of image pulls done by Create.
+func WithPullProgress(fn func(oci.Progress)) HostOption {
+	return func(h *Host) { h.progress = fn }
+}
+
+// WithImageStoreOptions configures the image cache (limits, registry
+// transport, credentials...).
+func WithImageStoreOptions(opts ...oci.Option) HostOption {
+	return func(h *Host) { h.storeOpts = append(h.storeOpts, opts...) }
+}
+
+// WithStartTimeout bounds how long Start waits for a VM's agent to answer
+// (default 60s; a context deadline may end it sooner).
+func WithStartTimeout(d time.Duration) HostOption { return func(h *Host) { h.startTimeout = d } }
+
+// WithStopTimeout bounds how long Stop waits for the guest to shut down
+// before ending the VM (default 10s).
+func WithStopTimeout(d time.Duration) HostOption { return func(h *Host) { h.stopTimeout = d } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) HostOption { return func(h *Host) { h.log = l } }
+
+// NewHost returns a Host on the default directories, or those of
+// WithDirs.
+func NewHost(opts ...HostOption) (*Host, error) {
+	h := &Host{startTimeout: 60 * time.Second, stopTimeout: 10 * time.Second, log: slog.Default()}
+	for _, o := range opts {
+		o(h)
+	}
+	if h.dirs == (Dirs{}) {
+		d, err := DefaultDirs()
+		if err != nil {
+			return nil, err
+		}
+		h.dirs = d
+	}
+	return h, nil
+}
+
+// Dirs returns the host's directories.
+func (h *Host) Dirs() Dirs { return h.dirs }
+
+// Images returns the image cache, opened on first use.
+func (h *Host) Images() (*oci.Store, error) {
+	h.storeOnce.Do(func() { h.store, h.storeErr = oci.Open(h.dirs.Cache, h.storeOpts...) })
+	return h.store, h.storeErr
+}
+
+// Create creates a sandbox from cfg: it pulls the image as cfg.PullPolicy
+// says and records the sandbox, without starting it. It costs no copy of
+// the image: the sandbox's root is a writable layer over the cached,
+// shared image tree.
+func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	mounts, err := sandboxMounts(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	img, err := h.pull(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	rec := &record{
+		Version: recordVersion,
+		Created: time.Now().UTC(),
+		Config:  cfg,
+		Mounts:  mounts,
+		Image: imageRef{
+			Ref:      cfg.Image,
+			Name:     img.Name,
+			Digest:   img.Digest.String(),
+			Platform: img.Platform.String(),
+			Config:   img.Config,
+		},
+	}
+	if err := os.MkdirAll(h.dirs.Sandboxes(), 0o700); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	for attempt := 0; ; attempt++ {
+		name := cfg.Name
+		if name == "" {
+			name = generateName()
+		}
+		rec.Name = name
+		rec.Config.Name = name
+		err := h.publish(rec)
+		if errors.Is(err, ErrExists) && cfg.Name == "" && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("create sandbox %s: %w", name, err)
+		}
+		return h.open(name, rec), nil
+	}
+}
+
+// pull resolves the sandbox's image to a cached, flattened tree.
+func (h *Host) pull(ctx context.Context, cfg Config) (*oci.Image, error) {
+	store, err := h.Images()
+	if err != nil {
+		return nil, err
+	}
+	opts := []oci.PullOption{oci.WithPolicy(cfg.PullPolicy)}
+	if cfg.Platform != "" {
+		p, err := v1.ParsePlatform(cfg.Platform)
+		if err != nil || p.OS == "" || p.Architecture == "" {
+			return nil, fmt.Errorf("platform %q: want OS/ARCH[/VARIANT], e.g. linux/arm64", cfg.Platform)
+		}
+		opts = append(opts, oci.WithPlatform(*p))
+	}
+	if h.progress != nil {
+		opts = append(opts, oci.WithProgress(h.progress))
+	}
+	img, err := store.Pull(ctx, cfg.Image, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if img.Platform.OS != "linux" {
+		return nil, fmt.Errorf("image %s is for %s: a VM runs linux images", img.Name, img.Platform.String())
+	}
+	return img, nil
+}
+
+// sandboxMounts returns the resolved mounts of cfg: its workspace at the
+// same path (and the git directories it needs outside it), then its
+// mounts. It sets cfg.Workspace to its absolute form.
+func sandboxMounts(cfg *Config) ([]Mount, error) {
+	var mounts []Mount
+	if cfg.Workspace != "" {
+		abs, err := filepath.Abs(cfg.Workspace)
+		if err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+		cfg.Workspace = abs
+		ws, err := resolveMount(Mount{HostPath: abs, GuestPath: abs})
+		if err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+		mounts = append(mounts, ws)
+		gitDirs, err := gitDirsOutside(ws.HostPath)
+		if err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+		for _, d := range gitDirs {
+			covered := slices.ContainsFunc(cfg.Mounts, func(m Mount) bool {
+				p, err := filepath.Abs(m.HostPath)
+				return err == nil && within(p, d)
+			})
+			if !covered {
+				mounts = append(mounts, Mount{HostPath: d, GuestPath: d})
+			}
+		}
+	}
+	return resolveMounts(append(mounts, cfg.Mounts...))
+}
+
+// publish creates the sandbox's directory with its record, atomically: a
+// directory assembled under a temporary name is renamed into place, and
+// the rename fails if the name is taken.
+func (h *Host) publish(rec *record) error {
+	tmp, err := os.MkdirTemp(h.dirs.Sandboxes(), ".new-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := writeRecord(tmp, rec); err != nil {
+		return err
+	}
+	if err := renameNoReplace(tmp, h.sandboxDir(rec.Name)); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return ErrExists
+		}
+		return err
+	}
+	return nil
+}
+
+func (h *Host) sandboxDir(name string) string { return filepath.Join(h.dirs.Sandboxes(), name) }
+
+// Get returns the sandbox called name, or an error wrapping ErrNotFound.
+func (h *Host) Get(name string) (*Sandbox, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	rec, err := readRecord(h.sandboxDir(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("sandbox %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", name, err)
+	}
+	return h.open(name, rec), nil
+}
+
+// List returns the sandboxes, sorted by name.
+func (h *Host) List() ([]*Sandbox, error) {
+	entries, err := os.ReadDir(h.dirs.Sandboxes())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	var out []*Sandbox
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		sb, err := h.Get(e.Name())
+		if errors.Is(err, ErrNotFound) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			h.log.Warn("skipping a damaged sandbox", "name", e.Name(), "err", err)
+			continue
+		}
+		out = append(out, sb)
+	}
+	return out, nil
+}
+
+// ImagesInUse reports which images the sandboxes use, for the image
+// cache's Remove and Prune: an image a sandbox was created from is kept.
+func (h *Host) ImagesInUse() (oci.InUse, error) {
+	sbs, err := h.List()
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]bool{}
+	for _, sb := range sbs {
+		used[sb.rec.Image.Digest] = true
+	}
+	return func(d v1.Hash) bool { return used[d.String()] }, nil
+}
+
+// The package-level functions use a Host on the default directories.
+
+// Create creates a sandbox with a Host on the default directories.
+func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
+	h, err := NewHost()
+	if err != nil {
+		return nil, err
+	}
+	return h.Create(ctx, cfg)
+}
+
+// Get returns a sandbox of the default directories.
+func Get(name string) (*Sandbox, error) {
+	h, err := NewHost()
+	if err != nil {
+		return nil, err
+	}
+	return h.Get(name)
+}
+
+// List lists the sandboxes of the default directories.
+func List() ([]*Sandbox, error) {
+	h, err := NewHost()
+	if err != nil {
+		return nil, err
+	}
+	return h.List()
+}

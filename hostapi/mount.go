@@ -1,0 +1,149 @@
+package hostapi
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/krunbox/krunbox/guestagent/protocol"
+)
+
+// Mount shares a host directory with the guest, live, over virtio-fs.
+type Mount struct {
+	// HostPath is an existing directory on the host.
+	HostPath string `json:"host_path"`
+	// GuestPath is where the directory appears in the guest. Empty means
+	// the same absolute path as on the host.
+	GuestPath string `json:"guest_path,omitempty"`
+	// ReadOnly makes the share read-only, enforced by the host.
+	ReadOnly bool `json:"read_only,omitempty"`
+}
+
+func (m Mount) String() string {
+	s := m.HostPath
+	if m.GuestPath != "" && m.GuestPath != m.HostPath {
+		s += ":" + m.GuestPath
+	}
+	if m.ReadOnly {
+		s += ":ro"
+	}
+	return s
+}
+
+// ParseMount parses a mount written HOST[:GUEST][:ro|:rw], as given to
+// "krunbox run -v". A relative HOST is taken from the current directory.
+func ParseMount(s string) (Mount, error) {
+	parts := strings.Split(s, ":")
+	var m Mount
+	if n := len(parts); n > 1 && (parts[n-1] == "ro" || parts[n-1] == "rw") {
+		m.ReadOnly = parts[n-1] == "ro"
+		parts = parts[:n-1]
+	}
+	switch len(parts) {
+	case 1:
+		m.HostPath = parts[0]
+	case 2:
+		m.HostPath, m.GuestPath = parts[0], parts[1]
+		if m.GuestPath == "" {
+			return Mount{}, fmt.Errorf("mount %q: empty guest path", s)
+		}
+	default:
+		return Mount{}, fmt.Errorf("mount %q: want HOST[:GUEST][:ro]", s)
+	}
+	if m.HostPath == "" {
+		return Mount{}, fmt.Errorf("mount %q: empty host path", s)
+	}
+	return m, nil
+}
+
+// reservedGuestPaths are guest paths no mount may cover or shadow: the root,
+// the kernel's filesystems, and where krunbox puts the agent.
+var reservedGuestPaths = []string{"/", "/proc", "/sys", "/dev", protocol.GuestDir}
+
+// errMount is wrapped by every mount validation error.
+var errMount = errors.New("invalid mount")
+
+// resolveMounts validates mounts and returns them normalised: host paths
+// absolute, cleaned and with symlinks resolved, guest paths absolute and
+// cleaned (defaulting to the host path). It refuses host paths that are not
+// directories, guest paths that would shadow the root, /proc, /sys, /dev or
+// krunbox's own directory, and mounts whose guest paths overlap.
+func resolveMounts(mounts []Mount) ([]Mount, error) {
+	out := make([]Mount, 0, len(mounts))
+	for _, m := range mounts {
+		r, err := resolveMount(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	for i, a := range out {
+		for _, b := range out[i+1:] {
+			if within(a.GuestPath, b.GuestPath) || within(b.GuestPath, a.GuestPath) {
+				return nil, fmt.Errorf("%w: %s and %s overlap in the guest at %s and %s", errMount, a.HostPath, b.HostPath, a.GuestPath, b.GuestPath)
+			}
+		}
+	}
+	return out, nil
+}
+
+func resolveMount(m Mount) (Mount, error) {
+	host, err := filepath.Abs(m.HostPath)
+	if err != nil {
+		return Mount{}, fmt.Errorf("%w %s: %w", errMount, m.HostPath, err)
+	}
+	host, err = filepath.EvalSymlinks(host)
+	if err != nil {
+		return Mount{}, fmt.Errorf("%w %s: %w", errMount, m.HostPath, err)
+	}
+	fi, err := os.Stat(host)
+	if err != nil {
+		return Mount{}, fmt.Errorf("%w %s: %w", errMount, m.HostPath, err)
+	}
+	if !fi.IsDir() {
+		return Mount{}, fmt.Errorf("%w %s: not a directory (virtio-fs shares directories; mount its parent)", errMount, m.HostPath)
+	}
+	guest := m.GuestPath
+	if guest == "" {
+		guest = host
+	}
+	if !filepath.IsAbs(guest) {
+		return Mount{}, fmt.Errorf("%w %s: guest path %q is not absolute", errMount, m.HostPath, guest)
+	}
+	guest = filepath.Clean(guest)
+	for _, r := range reservedGuestPaths {
+		if guest == r || (r != "/" && within(r, guest)) {
+			return Mount{}, fmt.Errorf("%w %s: guest path %s would shadow %s", errMount, m.HostPath, guest, r)
+		}
+	}
+	return Mount{HostPath: host, GuestPath: guest, ReadOnly: m.ReadOnly}, nil
+}
+
+// within reports whether path is dir or below it. Both are clean and
+// absolute.
+func within(dir, path string) bool {
+	if dir == "/" {
+		return true
+	}
+	return path == dir || strings.HasPrefix(path, dir+"/")
+}
+
+// mountTag is the virtio-fs tag of the i-th mount: short, since libkrun
+// allows at most 36 bytes.
+func mountTag(i int) string { return fmt.Sprintf("kb%d", i) }
+
+// dedupeWithin drops the paths that lie within another path of the list.
+func dedupeWithin(paths []string) []string {
+	slices.Sort(paths)
+	paths = slices.Compact(paths)
+	var out []string
+	for _, p := range paths {
+		if len(out) == 0 || !within(out[len(out)-1], p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}

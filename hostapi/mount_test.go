@@ -1,0 +1,174 @@
+package hostapi
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/krunbox/krunbox/guestagent/protocol"
+)
+
+func TestParseMount(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Mount
+		wantErr string
+	}{
+		{in: "/src", want: Mount{HostPath: "/src"}},
+		{in: "/src:ro", want: Mount{HostPath: "/src", ReadOnly: true}},
+		{in: "/src:rw", want: Mount{HostPath: "/src"}},
+		{in: "/src:/dst", want: Mount{HostPath: "/src", GuestPath: "/dst"}},
+		{in: "/src:/dst:ro", want: Mount{HostPath: "/src", GuestPath: "/dst", ReadOnly: true}},
+		{in: "rel/dir:/dst", want: Mount{HostPath: "rel/dir", GuestPath: "/dst"}},
+		{in: "", wantErr: "empty host path"},
+		{in: ":/dst", wantErr: "empty host path"},
+		{in: "/src:", wantErr: "empty guest path"},
+		{in: "/a:/b:/c", wantErr: "want HOST[:GUEST][:ro]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseMount(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ParseMount(%q) error = %v, want %q", tt.in, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseMount(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestResolveMounts(t *testing.T) {
+	root := t.TempDir()
+	root, _ = filepath.EvalSymlinks(root)
+	a := filepath.Join(root, "a")
+	b := filepath.Join(root, "b")
+	file := filepath.Join(root, "file")
+	link := filepath.Join(root, "link")
+	for _, d := range []string{a, b, filepath.Join(a, "sub")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(a, link); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		in      []Mount
+		want    []Mount
+		wantErr string
+	}{
+		{name: "same path by default", in: []Mount{{HostPath: a}}, want: []Mount{{HostPath: a, GuestPath: a}}},
+		{name: "symlink resolved", in: []Mount{{HostPath: link, GuestPath: "/w/"}}, want: []Mount{{HostPath: a, GuestPath: "/w"}}},
+		{name: "read-only kept", in: []Mount{{HostPath: a, ReadOnly: true}, {HostPath: b, GuestPath: "/b"}}, want: []Mount{{HostPath: a, GuestPath: a, ReadOnly: true}, {HostPath: b, GuestPath: "/b"}}},
+		{name: "missing host dir", in: []Mount{{HostPath: filepath.Join(root, "nope")}}, wantErr: "no such file"},
+		{name: "file", in: []Mount{{HostPath: file}}, wantErr: "not a directory"},
+		{name: "relative guest", in: []Mount{{HostPath: a, GuestPath: "w"}}, wantErr: "not absolute"},
+		{name: "root", in: []Mount{{HostPath: a, GuestPath: "/"}}, wantErr: "shadow /"},
+		{name: "proc", in: []Mount{{HostPath: a, GuestPath: "/proc"}}, wantErr: "shadow /proc"},
+		{name: "under sys", in: []Mount{{HostPath: a, GuestPath: "/sys/fs/x"}}, wantErr: "shadow /sys"},
+		{name: "dev via dots", in: []Mount{{HostPath: a, GuestPath: "/tmp/../dev"}}, wantErr: "shadow /dev"},
+		{name: "krunbox dir", in: []Mount{{HostPath: a, GuestPath: protocol.GuestDir + "/x"}}, wantErr: "shadow " + protocol.GuestDir},
+		{name: "devices is fine", in: []Mount{{HostPath: a, GuestPath: "/devices"}}, want: []Mount{{HostPath: a, GuestPath: "/devices"}}},
+		{name: "duplicate", in: []Mount{{HostPath: a, GuestPath: "/x"}, {HostPath: b, GuestPath: "/x"}}, wantErr: "overlap"},
+		{name: "nested", in: []Mount{{HostPath: a}, {HostPath: filepath.Join(a, "sub")}}, wantErr: "overlap"},
+		{name: "nested other order", in: []Mount{{HostPath: b, GuestPath: "/x/y"}, {HostPath: a, GuestPath: "/x"}}, wantErr: "overlap"},
+		{name: "siblings with common prefix", in: []Mount{{HostPath: a, GuestPath: "/x"}, {HostPath: b, GuestPath: "/xy"}}, want: []Mount{{HostPath: a, GuestPath: "/x"}, {HostPath: b, GuestPath: "/xy"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := resolveMounts(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, errMount) {
+					t.Fatalf("error = %v, want an invalid-mount error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Fatalf("resolveMounts = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestMountTagFitsLibkrun(t *testing.T) {
+	if n := len(mountTag(1 << 20)); n > 36 {
+		t.Fatalf("tag of %d bytes; libkrun allows 36", n)
+	}
+	if mountTag(0) == mountTag(1) {
+		t.Fatal("tags are not distinct")
+	}
+}
+
+func TestGitDirsOutside(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	root := t.TempDir()
+	root, _ = filepath.EvalSymlinks(root)
+	repo := filepath.Join(root, "repo")
+	git := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git(repo, "init", "-q")
+	git(repo, "commit", "-q", "--allow-empty", "-m", "init")
+	git(repo, "worktree", "add", "-q", filepath.Join(root, "wt"))
+	git(repo, "worktree", "add", "-q", filepath.Join(repo, "inner-wt"))
+
+	tests := []struct {
+		name      string
+		workspace string
+		want      []string
+	}{
+		{"ordinary checkout", repo, nil},
+		{"not a checkout", t.TempDir(), nil},
+		{"worktree outside the repository", filepath.Join(root, "wt"), []string{filepath.Join(repo, ".git")}},
+		{"worktree inside the repository", filepath.Join(repo, "inner-wt"), []string{filepath.Join(repo, ".git")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := gitDirsOutside(tt.workspace)
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Fatalf("gitDirsOutside(%s) = %v, %v; want %v", tt.workspace, got, err, tt.want)
+			}
+		})
+	}
+
+	t.Run("broken .git file", func(t *testing.T) {
+		ws := t.TempDir()
+		if err := os.WriteFile(filepath.Join(ws, ".git"), []byte("nonsense\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gitDirsOutside(ws); err == nil || !strings.Contains(err.Error(), "gitdir") {
+			t.Fatalf("error = %v, want one about the missing gitdir line", err)
+		}
+	})
+}
+
+func TestDedupeWithin(t *testing.T) {
+	got := dedupeWithin([]string{"/a/b", "/a", "/c", "/a/b/c", "/c", "/ab"})
+	want := []string{"/a", "/ab", "/c"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("dedupeWithin = %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,658 @@
+package hostapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gofrs/flock"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/hostapi/internal/agentbin"
+	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/oci"
+)
+
+// Files of a sandbox directory, beside those of its VM (package vmm).
+const (
+	recordFile  = "sandbox.json" // the record, written once at create
+	lockFile    = "lock"         // serialises start, stop and remove
+	socketFile  = "agent.sock"   // the guest agent, through libkrun's vsock
+	consoleFile = "console.log"  // the VM's console
+	stopFile    = "stopped"      // present when the last stop was asked for
+)
+
+// recordVersion is the version of sandbox.json this code writes.
+const recordVersion = 1
+
+// record is what a sandbox is made of, stored in sandbox.json.
+type record struct {
+	Version int       `json:"version"`
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
+	// Config is the configuration as given, with defaults applied.
+	Config Config `json:"config"`
+	// Mounts are the resolved mounts: the workspace, the git directories
+	// it needs, then Config.Mounts.
+	Mounts []Mount  `json:"mounts"`
+	Image  imageRef `json:"image"`
+}
+
+// imageRef is the image a sandbox was made from.
+type imageRef struct {
+	// Ref is the reference as given; Name its normalized form.
+	Ref  string `json:"ref"`
+	Name string `json:"name"`
+	// Digest is the manifest digest: the sandbox keeps using this image
+	// even if the tag moves.
+	Digest   string          `json:"digest"`
+	Platform string          `json:"platform"`
+	Config   oci.ImageConfig `json:"config"`
+}
+
+func writeRecord(dir string, rec *record) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, recordFile), append(b, '\n'), 0o600)
+}
+
+func readRecord(dir string) (*record, error) {
+	b, err := os.ReadFile(filepath.Join(dir, recordFile))
+	if err != nil {
+		return nil, err
+	}
+	var rec record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("%s is damaged: %w", filepath.Join(dir, recordFile), err)
+	}
+	if rec.Version > recordVersion {
+		return nil, fmt.Errorf("%s was written by a newer krunbox (version %d, this one reads %d)", filepath.Join(dir, recordFile), rec.Version, recordVersion)
+	}
+	return &rec, nil
+}
+
+// Sandbox is a named microVM made from an image, with its own writable
+// root file system that persists across stops and starts.
+type Sandbox struct {
+	host *Host
+	name string
+	dir  string
+	rec  *record
+}
+
+func (h *Host) open(name string, rec *record) *Sandbox {
+	return &Sandbox{host: h, name: name, dir: h.sandboxDir(name), rec: rec}
+}
+
+// Name is the sandbox's name.
+func (s *Sandbox) Name() string { return s.name }
+
+// Dir is the sandbox's state directory.
+func (s *Sandbox) Dir() string { return s.dir }
+
+// Config is the sandbox's configuration, with defaults applied.
+func (s *Sandbox) Config() Config { return s.rec.Config.withDefaults() }
+
+// Mounts are the directories shared with the guest: the workspace, the git
+// directories it needs, then the configured mounts; all resolved.
+func (s *Sandbox) Mounts() []Mount { return slices.Clone(s.rec.Mounts) }
+
+// Created is when the sandbox was created.
+func (s *Sandbox) Created() time.Time { return s.rec.Created }
+
+// ImageInfo describes the image a sandbox was made from.
+type ImageInfo struct {
+	// Ref is the reference as given; Name its normalized form.
+	Ref, Name string
+	// Digest is the image manifest's digest.
+	Digest   string
+	Platform string
+	Config   oci.ImageConfig
+}
+
+// Image describes the sandbox's image.
+func (s *Sandbox) Image() ImageInfo { return ImageInfo(s.rec.Image) }
+
+func (s *Sandbox) path(name string) string { return filepath.Join(s.dir, name) }
+
+// SocketPath is the unix socket of the sandbox's guest agent.
+func (s *Sandbox) SocketPath() string { return s.path(socketFile) }
+
+// ConsolePath is the file receiving the VM's console.
+func (s *Sandbox) ConsolePath() string { return s.path(consoleFile) }
+
+// Client returns a client of the sandbox's guest agent, for exec and file
+// operations. The caller closes it.
+func (s *Sandbox) Client(opts ...ClientOption) *Client {
+	return NewUnixClient(s.SocketPath(), opts...)
+}
+
+// lock takes the sandbox's lifecycle lock, waiting until ctx is done.
+func (s *Sandbox) lock(ctx context.Context) (func(), error) {
+	l := flock.New(s.path(lockFile))
+	ok, err := l.TryLockContext(ctx, 10*time.Millisecond)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: lock: %w", s.name, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: lock: %w", s.name, ctx.Err())
+	}
+	return func() { l.Unlock() }, nil
+}
+
+// Start boots the sandbox's VM, if it does not run yet, and waits until its
+// guest agent answers. Concurrent starts of one sandbox, from any process,
+// start one VM. A start that fails says why: the runner's exit status and
+// log, the console's last lines, the mounts the guest could not make.
+func (s *Sandbox) Start(ctx context.Context) error {
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := os.Stat(s.path(recordFile)); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, ErrNotFound)
+	}
+	vm := vmm.Open(s.dir)
+	st, err := vm.State()
+	if err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	if st == vmm.StateRunning {
+		// Started by another process: running is enough; answering too.
+		_, err := s.waitReady(ctx, vm)
+		return err
+	}
+	spec, err := s.vmSpec(ctx)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	if err := os.Remove(s.path(stopFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	if _, err := vmm.Start(ctx, s.dir, spec); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	info, err := s.waitReady(ctx, vm)
+	if err == nil {
+		err = mountErrors(info)
+	}
+	if err != nil {
+		// Do not leave a VM behind that the caller was told did not start.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		vm.Stop(sctx, time.Second)
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// mountErrors reports the mounts the guest agent could not make.
+func mountErrors(info *AgentInfo) error {
+	var errs []error
+	for _, m := range info.Mounts {
+		if m.Error != "" {
+			errs = append(errs, fmt.Errorf("the guest could not mount %s: %s", m.Path, m.Error))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitReady waits until the guest agent answers, the VM stops, or the
+// start timeout passes.
+func (s *Sandbox) waitReady(ctx context.Context, vm *vmm.VM) (*AgentInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.host.startTimeout)
+	defer cancel()
+	c := s.Client()
+	defer c.Close()
+	delay := time.Millisecond
+	for {
+		actx, acancel := context.WithTimeout(ctx, time.Second)
+		info, err := c.Info(actx)
+		acancel()
+		if err == nil {
+			return info, nil
+		}
+		if st, serr := vm.State(); serr == nil && st != vmm.StateRunning {
+			return nil, s.deathError(vm)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, &NotReadyError{Name: s.name, Err: fmt.Errorf("the guest agent did not answer within %v: %w", s.host.startTimeout, err), Console: s.consoleTail()}
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 20*time.Millisecond)
+	}
+}
+
+// NotReadyError reports a VM that runs but whose agent does not answer.
+type NotReadyError struct {
+	Name    string
+	Err     error
+	Console string
+}
+
+func (e *NotReadyError) Error() string {
+	msg := fmt.Sprintf("sandbox %s is not answering: %v", e.Name, e.Err)
+	if e.Console != "" {
+		msg += "; console: " + e.Console
+	}
+	return msg
+}
+
+func (e *NotReadyError) Unwrap() error { return e.Err }
+
+// Hint says what to do.
+func (e *NotReadyError) Hint() string {
+	return fmt.Sprintf("see 'krunbox logs %s'; 'krunbox stop %s' and start it again", e.Name, e.Name)
+}
+
+// DeadError reports a VM that stopped when it should run.
+type DeadError struct {
+	Name string
+	// Exit is how the VM ended, when known.
+	Exit *vmm.ExitStatus
+	// Log and Console are the last lines of the runner's log and of the
+	// VM's console.
+	Log, Console string
+}
+
+func (e *DeadError) Error() string {
+	msg := fmt.Sprintf("sandbox %s stopped", e.Name)
+	if e.Exit != nil {
+		msg += " (" + e.Exit.String() + ")"
+	}
+	if e.Log != "" {
+		msg += ": " + e.Log
+	}
+	if e.Console != "" {
+		msg += "; console: " + e.Console
+	}
+	return msg
+}
+
+// Hint says what to do.
+func (e *DeadError) Hint() string {
+	return fmt.Sprintf("see 'krunbox logs %s' and 'krunbox doctor'", e.Name)
+}
+
+func (s *Sandbox) deathError(vm *vmm.VM) error {
+	es, _ := vm.ExitStatus()
+	return &DeadError{Name: s.name, Exit: es, Log: tail(s.path(vmm.LogFile), 1024), Console: s.consoleTail()}
+}
+
+func (s *Sandbox) consoleTail() string { return tail(s.ConsolePath(), 1024) }
+
+// tail returns the last lines of a file, at most max bytes, on one line.
+func tail(path string, max int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if len(b) > max {
+		b = b[len(b)-max:]
+		if i := strings.IndexByte(string(b), '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", " | ")), " ")
+}
+
+// vmSpec builds the VM spec: the image tree under the sandbox's writable
+// layer, the guest agent and its configuration, the shares.
+func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
+	rootfs, err := s.imageTree(ctx)
+	if err != nil {
+		return nil, err
+	}
+	arch := runtime.GOARCH
+	agent, err := s.host.agentFile(arch)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.Config()
+	ac := protocol.Config{
+		Port:        protocol.DefaultPort,
+		Hostname:    s.name,
+		Env:         guestEnv(s.rec.Image.Config.Env, cfg.Env),
+		User:        cmpOr(cfg.User, s.rec.Image.Config.User),
+		Workdir:     s.workdir(),
+		IdleTimeout: cfg.IdleTimeout,
+	}
+	spec := &vmm.Spec{
+		VCPUs:     uint8(cfg.CPUs),
+		MemoryMiB: uint32(cfg.MemoryMiB),
+		Root: vmm.Root{
+			Lower:  rootfs,
+			Upper:  s.path("upper"),
+			Work:   s.path("work"),
+			Merged: s.path("merged"),
+		},
+		Exec: vmm.Exec{
+			Path: protocol.AgentPath,
+			Args: []string{"--config", protocol.ConfigPath},
+		},
+		Workdir:    "/",
+		Rlimits:    []vmm.Rlimit{{Resource: "nofile", Cur: 65536, Max: 1 << 20}},
+		Vsock:      []vmm.VsockPort{{Port: protocol.DefaultPort, HostPath: s.SocketPath(), Listen: true}},
+		Network:    vmm.Network(cfg.Network),
+		ConsoleLog: s.ConsolePath(),
+		Library:    s.host.libkrun,
+	}
+	for _, p := range cfg.Ports {
+		spec.PortMap = append(spec.PortMap, vmm.PortMapping{Host: p.Host, Guest: p.Guest})
+	}
+	for i, m := range s.rec.Mounts {
+		tag := mountTag(i)
+		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
+		ac.Mounts = append(ac.Mounts, protocol.Mount{Tag: tag, Path: m.GuestPath, ReadOnly: m.ReadOnly})
+	}
+	acData, err := json.Marshal(&ac)
+	if err != nil {
+		return nil, err
+	}
+	spec.Files = []vmm.File{
+		{Path: protocol.AgentPath, Mode: 0o755, Source: agent},
+		{Path: protocol.ConfigPath, Mode: 0o644, Data: acData},
+	}
+	return spec, nil
+}
+
+// workdir is the default working directory of the sandbox's commands.
+func (s *Sandbox) workdir() string {
+	cfg := s.rec.Config
+	switch {
+	case cfg.Workdir != "":
+		return cfg.Workdir
+	case cfg.Workspace != "":
+		return cfg.Workspace
+	case s.rec.Image.Config.WorkingDir != "":
+		return s.rec.Image.Config.WorkingDir
+	}
+	return "/"
+}
+
+// imageTree returns the sandbox's image tree, finding it again by digest
+// (offline), or pulling the image again if the cache lost it.
+func (s *Sandbox) imageTree(ctx context.Context) (string, error) {
+	store, err := s.host.Images()
+	if err != nil {
+		return "", err
+	}
+	digest, err := v1.NewHash(s.rec.Image.Digest)
+	if err != nil {
+		return "", fmt.Errorf("image digest of %s: %w", s.name, err)
+	}
+	root, err := store.Rootfs(ctx, digest)
+	if !errors.Is(err, oci.ErrNotFound) {
+		return root, err
+	}
+	img, perr := s.host.pull(ctx, Config{Image: s.rec.Image.Ref, PullPolicy: oci.PullIfMissing, Platform: s.rec.Image.Platform})
+	if perr != nil {
+		return "", fmt.Errorf("the image of %s is no longer cached, and pulling it again failed: %w", s.name, perr)
+	}
+	if img.Digest != digest {
+		return "", fmt.Errorf("the image of %s (%s) is no longer cached, and %s now names another image (%s)", s.name, digest, s.rec.Image.Ref, img.Digest)
+	}
+	return img.Rootfs, nil
+}
+
+// guestEnv merges the image's environment with the sandbox's: later
+// entries replace earlier ones with the same key. PATH gets the usual
+// default when the image has none.
+func guestEnv(image, extra []string) []string {
+	var out []string
+	index := map[string]int{}
+	add := func(e string) {
+		k, _, _ := strings.Cut(e, "=")
+		if i, ok := index[k]; ok {
+			out[i] = e
+			return
+		}
+		index[k] = len(out)
+		out = append(out, e)
+	}
+	for _, e := range image {
+		add(e)
+	}
+	for _, e := range extra {
+		add(e)
+	}
+	if _, ok := index["PATH"]; !ok {
+		add("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	return out
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// agentFile returns a host file holding the guest agent for arch, written
+// once into the cache by content.
+func (h *Host) agentFile(arch string) (string, error) {
+	bin, err := agentbin.Lookup(arch)
+	if err != nil {
+		return "", err
+	}
+	if bin.Path != "" {
+		return bin.Path, nil
+	}
+	dir := filepath.Join(h.dirs.Cache, "agent")
+	path := filepath.Join(dir, fmt.Sprintf("%x", sha256.Sum256(bin.Data)))
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := writeFileAtomic(path, bin.Data, 0o755); err != nil {
+		return "", fmt.Errorf("guest agent: %w", err)
+	}
+	return path, nil
+}
+
+// Stop stops the sandbox's VM: it asks the guest agent to shut down (it
+// ends the guest's processes and syncs), then, past the stop timeout,
+// signals the runner (SIGTERM, then SIGKILL). Stopping a stopped sandbox
+// does nothing.
+func (s *Sandbox) Stop(ctx context.Context) error {
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return s.stop(ctx)
+}
+
+func (s *Sandbox) stop(ctx context.Context) error {
+	vm := vmm.Open(s.dir)
+	if st, err := vm.State(); err != nil || st != vmm.StateRunning {
+		return err
+	}
+	if err := os.WriteFile(s.path(stopFile), nil, 0o600); err != nil {
+		return fmt.Errorf("stop %s: %w", s.name, err)
+	}
+	timeout := s.host.stopTimeout
+	gctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := s.Client()
+	defer c.Close()
+	if err := c.Shutdown(gctx, timeout/2); err == nil {
+		if _, err := vm.Wait(gctx); err == nil {
+			return nil
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("stop %s: %w", s.name, ctx.Err())
+	}
+	// The guest did not shut down in time: end the VM itself.
+	if _, err := vm.Stop(ctx, 5*time.Second); err != nil && !errors.Is(err, vmm.ErrNotRunning) {
+		return fmt.Errorf("stop %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// Remove stops the sandbox if it runs and deletes it: its writable layer,
+// logs and state. The image stays in the cache.
+func (s *Sandbox) Remove(ctx context.Context) error {
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.stop(ctx); err != nil {
+		return err
+	}
+	trash := filepath.Join(s.host.dirs.State, "trash")
+	if err := os.MkdirAll(trash, 0o700); err != nil {
+		return fmt.Errorf("remove %s: %w", s.name, err)
+	}
+	// Renamed away first, so the name is free at once and a failure half
+	// way leaves no half sandbox under it.
+	gone, err := os.MkdirTemp(trash, s.name+"-")
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", s.name, err)
+	}
+	if err := os.Rename(s.dir, filepath.Join(gone, "sandbox")); err != nil {
+		os.Remove(gone)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", s.name, ErrNotFound)
+		}
+		return fmt.Errorf("remove %s: %w", s.name, err)
+	}
+	return s.host.emptyTrash()
+}
+
+// emptyTrash deletes removed sandboxes, including what an interrupted
+// removal left.
+func (h *Host) emptyTrash() error {
+	trash := filepath.Join(h.dirs.State, "trash")
+	entries, err := os.ReadDir(trash)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if err := removeTree(filepath.Join(trash, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Logs opens the VM's console log: kernel and init messages, and what the
+// guest agent writes.
+func (s *Sandbox) Logs() (io.ReadCloser, error) {
+	f, err := os.Open(s.ConsolePath())
+	if err != nil {
+		return nil, fmt.Errorf("logs of %s: %w", s.name, err)
+	}
+	return f, nil
+}
+
+// Wait waits until the sandbox's VM stops and returns how it ended.
+func (s *Sandbox) Wait(ctx context.Context) (*vmm.ExitStatus, error) {
+	return vmm.Open(s.dir).Wait(ctx)
+}
+
+// State is a sandbox's state.
+type State string
+
+// States of a sandbox.
+const (
+	// StateCreated: never started.
+	StateCreated State = "created"
+	// StateStarting: its VM runs and is being started (or stopped); the
+	// guest agent does not answer.
+	StateStarting State = "starting"
+	// StateRunning: its VM runs and the guest agent answers.
+	StateRunning State = "running"
+	// StateUnresponsive: its VM runs but the guest agent does not answer.
+	StateUnresponsive State = "unresponsive"
+	// StateStopped: its VM stopped cleanly: asked to, or idle.
+	StateStopped State = "stopped"
+	// StateDead: its VM ended on its own, or its runner was killed.
+	StateDead State = "dead"
+)
+
+// Status is what Status found.
+type Status struct {
+	State State `json:"state"`
+	// Pid is the VM runner's pid, while it runs.
+	Pid int `json:"pid,omitempty"`
+	// Exit is how the VM last ended, when stopped or dead and known.
+	Exit *vmm.ExitStatus `json:"exit,omitempty"`
+	// Reason says why a sandbox is dead or unresponsive.
+	Reason string `json:"reason,omitempty"`
+	// Console is the end of the console log, for a dead sandbox.
+	Console string `json:"console,omitempty"`
+	// Agent is the guest agent's hello, when running.
+	Agent *AgentInfo `json:"agent,omitempty"`
+}
+
+// Status reports the sandbox's state. A running VM counts as running only
+// when its guest agent answers a ping within the context's deadline (or 2
+// seconds).
+func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
+	vm := vmm.Open(s.dir)
+	st, err := vm.State()
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", s.name, err)
+	}
+	switch st {
+	case vmm.StateNone:
+		return &Status{State: StateCreated}, nil
+	case vmm.StateStopped:
+		es, _ := vm.ExitStatus()
+		out := &Status{State: StateStopped, Exit: es}
+		if _, err := os.Stat(s.path(stopFile)); err == nil || (es != nil && es.Code == 0 && es.Signal == "") {
+			return out, nil
+		}
+		out.State = StateDead
+		out.Reason = s.deathError(vm).Error()
+		out.Console = s.consoleTail()
+		return out, nil
+	}
+	out := &Status{State: StateRunning}
+	if ri, err := vm.Runner(); err == nil {
+		out.Pid = ri.Pid
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+	}
+	c := s.Client()
+	defer c.Close()
+	info, err := c.Info(ctx)
+	if err == nil {
+		out.Agent = info
+		return out, nil
+	}
+	out.State, out.Reason = StateUnresponsive, err.Error()
+	if l := flock.New(s.path(lockFile)); l != nil {
+		if ok, _ := l.TryRLock(); ok {
+			l.Unlock()
+		} else {
+			out.State = StateStarting
+		}
+	}
+	return out, nil
+}

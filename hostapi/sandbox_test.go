@@ -1,0 +1,325 @@
+package hostapi
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/testutil/agenttest"
+	"github.com/krunbox/krunbox/internal/testutil/testimage"
+	"github.com/krunbox/krunbox/internal/testutil/testkrun"
+)
+
+// testHost returns a Host on fresh directories that runs VMs on the libkrun
+// test double with the agent built by TestMain, and the reference of a
+// busybox image served on 127.0.0.1.
+func testHost(t *testing.T, opts ...HostOption) (*Host, string) {
+	t.Helper()
+	if err := vmm.CheckNamespaces(); err != nil {
+		t.Skipf("the libkrun test double needs namespaces: %v", err)
+	}
+	lib := testkrun.Library(t)
+	ref := testimage.Serve(t, testimage.Busybox(t))
+	t.Setenv("KRUNBOX_AGENT", agenttest.Binary())
+	base := t.TempDir()
+	dirs := Dirs{State: filepath.Join(base, "state"), Cache: filepath.Join(base, "cache"), Config: filepath.Join(base, "config")}
+	h, err := NewHost(append([]HostOption{WithDirs(dirs), WithLibkrun(lib), WithStartTimeout(30 * time.Second), WithStopTimeout(5 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, ref
+}
+
+// started creates and starts a sandbox, removed when the test ends.
+func started(t *testing.T, h *Host, cfg Config) *Sandbox {
+	t.Helper()
+	sb, err := h.Create(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Remove(context.Background()) })
+	if err := sb.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+func run(t *testing.T, sb *Sandbox, args ...string) string {
+	t.Helper()
+	c := sb.Client()
+	defer c.Close()
+	out, err := c.Output(t.Context(), args...)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestSandboxLifecycle(t *testing.T) {
+	h, ref := testHost(t)
+	ctx := t.Context()
+	ws := t.TempDir()
+	sb, err := h.Create(ctx, Config{Name: "life", Image: ref, Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := sb.Status(ctx); err != nil || st.State != StateCreated {
+		t.Fatalf("status after create: %+v, %v", st, err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sb.Status(ctx)
+	if err != nil || st.State != StateRunning || st.Agent == nil || st.Pid == 0 {
+		t.Fatalf("status after start: %+v, %v", st, err)
+	}
+	if got := run(t, sb, "hostname"); got != "life" {
+		t.Errorf("guest hostname %q, want the sandbox name", got)
+	}
+	if got := run(t, sb, "pwd"); got != ws {
+		t.Errorf("default workdir %q, want the workspace %q", got, ws)
+	}
+
+	// The workspace is live, at the same path, both ways.
+	run(t, sb, "sh", "-c", "echo from-guest > "+ws+"/g")
+	if b, err := os.ReadFile(filepath.Join(ws, "g")); err != nil || string(b) != "from-guest\n" {
+		t.Errorf("guest write seen on the host: %q, %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "h"), []byte("from-host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, sb, "cat", ws+"/h"); got != "from-host" {
+		t.Errorf("host write seen in the guest: %q", got)
+	}
+	run(t, sb, "rm", ws+"/h")
+	if _, err := os.Stat(filepath.Join(ws, "h")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("guest delete not seen on the host: %v", err)
+	}
+	os.Remove(filepath.Join(ws, "g"))
+	if out := run(t, sb, "sh", "-c", "test -e "+ws+"/g && echo present || echo gone"); out != "gone" {
+		t.Errorf("host delete seen in the guest as %q", out)
+	}
+
+	// Root file system changes persist across stop and start, in this
+	// sandbox only, and never reach the image cache.
+	run(t, sb, "sh", "-c", "echo kept > /root/x")
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := sb.Status(ctx); err != nil || st.State != StateStopped {
+		t.Fatalf("status after stop: %+v, %v", st, err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, sb, "cat", "/root/x"); got != "kept" {
+		t.Errorf("/root/x after restart: %q", got)
+	}
+	other := started(t, h, Config{Image: ref})
+	if out := run(t, other, "sh", "-c", "cat /root/x 2>/dev/null || echo absent"); out != "absent" {
+		t.Errorf("another sandbox sees /root/x: %q", out)
+	}
+	store, _ := h.Images()
+	imgs, _ := store.List(ctx)
+	if len(imgs) != 1 {
+		t.Fatalf("images: %v", imgs)
+	}
+	if _, err := os.Stat(filepath.Join(imgs[0].Rootfs, "root", "x")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a guest write reached the image cache: %v", err)
+	}
+
+	// Remove stops the VM and leaves nothing behind.
+	if err := sb.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sb.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sandbox directory left after remove: %v", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(h.Dirs().State, "trash")); len(entries) != 0 {
+		t.Errorf("trash not emptied: %d entries", len(entries))
+	}
+	if _, err := h.Get("life"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after remove: %v, want ErrNotFound", err)
+	}
+	if sbs, _ := h.List(); len(sbs) != 1 || sbs[0].Name() != other.Name() {
+		t.Errorf("List after remove: %v", sbs)
+	}
+}
+
+func TestCreateRefusesTakenName(t *testing.T) {
+	h, ref := testHost(t)
+	if _, err := h.Create(t.Context(), Config{Name: "dup", Image: ref}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Create(t.Context(), Config{Name: "dup", Image: ref}); !errors.Is(err, ErrExists) {
+		t.Fatalf("second create: %v, want ErrExists", err)
+	}
+}
+
+func TestConcurrentStartsStartOneVM(t *testing.T) {
+	h, ref := testHost(t)
+	sb, err := h.Create(t.Context(), Config{Name: "twice", Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Remove(context.Background()) })
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			// Each start as another process would do it: its own Host.
+			h2, _ := NewHost(WithDirs(h.Dirs()), WithLibkrun(h.libkrun))
+			s2, err := h2.Get("twice")
+			if err == nil {
+				err = s2.Start(t.Context())
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One VM: the guest agent has the same boot and counts no other VM.
+	st, err := sb.Status(t.Context())
+	if err != nil || st.State != StateRunning {
+		t.Fatalf("status: %+v, %v", st, err)
+	}
+	out := run(t, sb, "sh", "-c", "ls /proc | grep -c '^[0-9]'")
+	if out == "" {
+		t.Fatal("no processes listed")
+	}
+	ri, err := vmm.Open(sb.Dir()).Runner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ri.Pid != st.Pid {
+		t.Errorf("runner pid changed between calls: %d and %d", ri.Pid, st.Pid)
+	}
+}
+
+func TestKilledRunnerIsDead(t *testing.T) {
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Name: "victim", Image: ref})
+	vm := vmm.Open(sb.Dir())
+	if err := vm.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := sb.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sb.Status(t.Context())
+	if err != nil || st.State != StateDead || !strings.Contains(st.Reason, "SIGKILL") {
+		t.Fatalf("status after SIGKILL: %+v, %v; want dead, saying SIGKILL", st, err)
+	}
+	c := sb.Client()
+	defer c.Close()
+	if _, err := c.Output(t.Context(), "true"); err == nil {
+		t.Fatal("exec in a dead sandbox succeeded")
+	}
+	// Start again works: the stale socket and pid are cleaned.
+	if err := sb.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, sb, "echo", "back"); got != "back" {
+		t.Errorf("after restart: %q", got)
+	}
+}
+
+func TestStartFailureSaysWhy(t *testing.T) {
+	h, ref := testHost(t)
+	gone := t.TempDir()
+	sb, err := h.Create(t.Context(), Config{Name: "nomount", Image: ref, Mounts: []Mount{{HostPath: gone, GuestPath: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Remove(context.Background()) })
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	err = sb.Start(t.Context())
+	if err == nil || !strings.Contains(err.Error(), gone) {
+		t.Fatalf("start with a vanished share: %v; want an error naming it", err)
+	}
+	if st, _ := sb.Status(t.Context()); st.State == StateRunning {
+		t.Errorf("a failed start left the VM running")
+	}
+
+	missing, _ := NewHost(WithDirs(h.Dirs()), WithLibkrun(filepath.Join(t.TempDir(), "libkrun.so.1")))
+	sb2, err := missing.Create(t.Context(), Config{Name: "nolib", Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb2.Remove(context.Background()) })
+	err = sb2.Start(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "libkrun") {
+		t.Fatalf("start without libkrun: %v; want an error about libkrun", err)
+	}
+}
+
+func TestIdleTimeoutStopsTheVM(t *testing.T) {
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Name: "idle", Image: ref, IdleTimeout: 500 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	es, err := sb.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es.Code != 0 {
+		t.Errorf("idle stop exit status %v, want 0", es)
+	}
+	if st, err := sb.Status(ctx); err != nil || st.State != StateStopped {
+		t.Errorf("status after the idle timeout: %+v, %v; want stopped", st, err)
+	}
+}
+
+func TestImagesInUse(t *testing.T) {
+	h, ref := testHost(t)
+	sb, err := h.Create(t.Context(), Config{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, _ := h.Images()
+	imgs, _ := store.List(t.Context())
+	inUse, err := h.ImagesInUse()
+	if err != nil || !inUse(imgs[0].Digest) {
+		t.Fatalf("image of a sandbox not in use: %v", err)
+	}
+	if _, err := store.Prune(t.Context(), inUse); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(t.Context()); err != nil {
+		t.Fatalf("start after prune: %v", err)
+	}
+	defer sb.Remove(context.Background())
+	if err := sb.Remove(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	inUse, _ = h.ImagesInUse()
+	if inUse(imgs[0].Digest) {
+		t.Error("image still in use after its sandbox was removed")
+	}
+}
+
+func TestGuestEnv(t *testing.T) {
+	got := guestEnv([]string{"PATH=/bin", "A=1", "B=2"}, []string{"A=x", "C=3"})
+	want := []string{"PATH=/bin", "A=x", "B=2", "C=3"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("guestEnv = %v, want %v", got, want)
+	}
+	if got := guestEnv(nil, nil); len(got) != 1 || !strings.HasPrefix(got[0], "PATH=/usr/local/sbin:") {
+		t.Errorf("guestEnv without PATH = %v", got)
+	}
+}

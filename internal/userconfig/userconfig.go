@@ -1,0 +1,294 @@
+// Package userconfig loads the krunbox CLI's layered configuration:
+// built-in defaults, then the user's config.toml, then KRUNBOX_*
+// environment variables. Command-line flags override all three and are
+// applied by the commands themselves.
+package userconfig
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/go-units"
+	"github.com/pelletier/go-toml/v2"
+)
+
+// FileName is the name of the configuration file in the config directory.
+const FileName = "config.toml"
+
+// Config is the effective configuration.
+type Config struct {
+	// Image is the image of sandboxes created without one.
+	Image string
+	// CPUs is the number of vCPUs of a sandbox.
+	CPUs int
+	// MemoryMiB is the memory of a sandbox, in MiB.
+	MemoryMiB int
+	// Network is "tsi" (the host's network, through libkrun's TSI) or
+	// "none".
+	Network string
+	// PullPolicy is "if-missing", "always" or "never".
+	PullPolicy string
+	// Platform is the image platform, os/arch[/variant]; empty means the
+	// host's.
+	Platform string
+	// IdleTimeout stops a sandbox after this long without exec or file
+	// activity; 0 never does.
+	IdleTimeout time.Duration
+	// StopTimeout is how long a stop waits for the guest to shut down
+	// before killing the VM.
+	StopTimeout time.Duration
+	// Env is added to the environment of every sandbox (KEY=VALUE).
+	Env []string
+
+	sources map[string]string
+}
+
+// A setting is one key of the configuration: how to read it from a string
+// (file values are read the same way) and how to show it.
+type setting struct {
+	key  string
+	env  string
+	help string
+	set  func(c *Config, v string) error
+	get  func(c *Config) string
+}
+
+var settings = []setting{
+	{"image", "KRUNBOX_IMAGE", "image of sandboxes created without one",
+		func(c *Config, v string) error { c.Image = v; return nil },
+		func(c *Config) string { return c.Image }},
+	{"cpus", "KRUNBOX_CPUS", "vCPUs of a sandbox (1-255)",
+		func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 255 {
+				return fmt.Errorf("want a whole number from 1 to 255, got %q", v)
+			}
+			c.CPUs = n
+			return nil
+		},
+		func(c *Config) string { return strconv.Itoa(c.CPUs) }},
+	{"memory", "KRUNBOX_MEMORY", "memory of a sandbox (e.g. 2GiB, 512MiB)",
+		func(c *Config, v string) error {
+			n, err := ParseMemory(v)
+			if err != nil {
+				return err
+			}
+			c.MemoryMiB = n
+			return nil
+		},
+		func(c *Config) string { return FormatMemory(c.MemoryMiB) }},
+	{"network", "KRUNBOX_NETWORK", "tsi (the host's network) or none",
+		func(c *Config, v string) error { return oneOf(&c.Network, v, "tsi", "none") },
+		func(c *Config) string { return c.Network }},
+	{"pull_policy", "KRUNBOX_PULL_POLICY", "if-missing, always or never",
+		func(c *Config, v string) error { return oneOf(&c.PullPolicy, v, "if-missing", "always", "never") },
+		func(c *Config) string { return c.PullPolicy }},
+	{"platform", "KRUNBOX_PLATFORM", "image platform, os/arch[/variant]; empty for the host's",
+		func(c *Config, v string) error { c.Platform = v; return nil },
+		func(c *Config) string { return c.Platform }},
+	{"idle_timeout", "KRUNBOX_IDLE_TIMEOUT", "stop a sandbox idle this long (e.g. 30m); 0 never",
+		func(c *Config, v string) error { return duration(&c.IdleTimeout, v) },
+		func(c *Config) string { return c.IdleTimeout.String() }},
+	{"stop_timeout", "KRUNBOX_STOP_TIMEOUT", "how long a stop waits for the guest before killing it",
+		func(c *Config, v string) error { return duration(&c.StopTimeout, v) },
+		func(c *Config) string { return c.StopTimeout.String() }},
+	{"env", "KRUNBOX_ENV", "KEY=VALUE added to every sandbox (environment: comma-separated)",
+		func(c *Config, v string) error {
+			c.Env = nil
+			for _, e := range strings.Split(v, ",") {
+				if e = strings.TrimSpace(e); e == "" {
+					continue
+				}
+				if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+					return fmt.Errorf("want KEY=VALUE, got %q", e)
+				}
+				c.Env = append(c.Env, e)
+			}
+			return nil
+		},
+		func(c *Config) string { return strings.Join(c.Env, ",") }},
+}
+
+// Defaults returns the built-in configuration.
+func Defaults() *Config {
+	c := &Config{
+		Image:       "alpine",
+		CPUs:        2,
+		MemoryMiB:   2048,
+		Network:     "tsi",
+		PullPolicy:  "if-missing",
+		StopTimeout: 10 * time.Second,
+		sources:     map[string]string{},
+	}
+	for _, s := range settings {
+		c.sources[s.key] = "default"
+	}
+	return c
+}
+
+// Load returns the effective configuration: the defaults, overridden by
+// dir/config.toml when it exists, overridden by the environment (lookup is
+// os.LookupEnv outside tests).
+func Load(dir string, lookup func(string) (string, bool)) (*Config, error) {
+	c := Defaults()
+	path := filepath.Join(dir, FileName)
+	if err := c.loadFile(path); err != nil {
+		return nil, err
+	}
+	for _, s := range settings {
+		v, ok := lookup(s.env)
+		if !ok {
+			continue
+		}
+		if err := s.set(c, strings.TrimSpace(v)); err != nil {
+			return nil, fmt.Errorf("environment variable %s: %w", s.env, err)
+		}
+		c.sources[s.key] = "env " + s.env
+	}
+	return c, nil
+}
+
+func (c *Config) loadFile(path string) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read configuration: %w", err)
+	}
+	var raw map[string]any
+	dec := toml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&raw); err != nil {
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, col := de.Position()
+			return fmt.Errorf("configuration %s:%d:%d: %s", path, row, col, de.Error())
+		}
+		return fmt.Errorf("configuration %s: %w", path, err)
+	}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		i := slices.IndexFunc(settings, func(s setting) bool { return s.key == k })
+		if i < 0 {
+			return fmt.Errorf("configuration %s: unknown key %q (known: %s)", path, k, strings.Join(Keys(), ", "))
+		}
+		v, err := fileValue(raw[k])
+		if err == nil {
+			err = settings[i].set(c, v)
+		}
+		if err != nil {
+			return fmt.Errorf("configuration %s: %s: %w", path, k, err)
+		}
+		c.sources[k] = path
+	}
+	return nil
+}
+
+// fileValue turns a TOML value into the string form settings parse.
+func fileValue(v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case int64:
+		return strconv.FormatInt(v, 10), nil
+	case []any:
+		parts := make([]string, 0, len(v))
+		for _, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				return "", fmt.Errorf("want a list of strings, got %v", v)
+			}
+			if strings.Contains(s, ",") {
+				return "", fmt.Errorf("value %q contains a comma", s)
+			}
+			parts = append(parts, s)
+		}
+		return strings.Join(parts, ","), nil
+	default:
+		return "", fmt.Errorf("unsupported value %v (%T)", v, v)
+	}
+}
+
+// Keys lists the configuration keys.
+func Keys() []string {
+	keys := make([]string, len(settings))
+	for i, s := range settings {
+		keys[i] = s.key
+	}
+	return keys
+}
+
+// Entry is one effective setting and where its value came from.
+type Entry struct {
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+	Env    string `json:"env"`
+	Help   string `json:"help"`
+}
+
+// Entries lists every setting with its effective value and source:
+// "default", the configuration file's path, or "env NAME".
+func (c *Config) Entries() []Entry {
+	out := make([]Entry, len(settings))
+	for i, s := range settings {
+		out[i] = Entry{Key: s.key, Value: s.get(c), Source: c.sources[s.key], Env: s.env, Help: s.help}
+	}
+	return out
+}
+
+// ParseMemory parses a memory size such as "2GiB", "512m" or "1.5g" (binary
+// units) into MiB. A bare number is in MiB.
+func ParseMemory(v string) (int, error) {
+	var bytes int64
+	if n, err := strconv.Atoi(v); err == nil {
+		bytes = int64(n) << 20
+	} else if bytes, err = units.RAMInBytes(v); err != nil {
+		return 0, fmt.Errorf("memory %q: want a size such as 2GiB or 512MiB", v)
+	}
+	mib := bytes >> 20
+	if mib < 128 || mib > 1<<22 {
+		return 0, fmt.Errorf("memory %q: want 128MiB to 4TiB", v)
+	}
+	return int(mib), nil
+}
+
+// FormatMemory shows a size in MiB the way ParseMemory reads it.
+func FormatMemory(mib int) string {
+	if mib%1024 == 0 {
+		return strconv.Itoa(mib/1024) + "GiB"
+	}
+	return strconv.Itoa(mib) + "MiB"
+}
+
+func oneOf(dst *string, v string, allowed ...string) error {
+	if !slices.Contains(allowed, v) {
+		return fmt.Errorf("want one of %s, got %q", strings.Join(allowed, ", "), v)
+	}
+	*dst = v
+	return nil
+}
+
+func duration(dst *time.Duration, v string) error {
+	if v == "0" {
+		*dst = 0
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want a duration such as 30m or 90s, got %q", v)
+	}
+	*dst = d
+	return nil
+}

@@ -1,0 +1,134 @@
+package userconfig
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func source(c *Config, key string) string {
+	for _, e := range c.Entries() {
+		if e.Key == key {
+			return e.Source
+		}
+	}
+	return ""
+}
+
+func TestLayering(t *testing.T) {
+	dir := writeConfig(t, `
+image = "127.0.0.1:5000/dev"
+cpus = 4
+memory = "4GiB"
+idle_timeout = "30m"
+env = ["A=1", "B=two words"]
+`)
+	c, err := Load(dir, env(map[string]string{"KRUNBOX_CPUS": "8", "KRUNBOX_NETWORK": "none"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, FileName)
+	checks := []struct {
+		key, source string
+		ok          bool
+	}{
+		{"image", path, c.Image == "127.0.0.1:5000/dev"},
+		{"cpus", "env KRUNBOX_CPUS", c.CPUs == 8},
+		{"memory", path, c.MemoryMiB == 4096},
+		{"network", "env KRUNBOX_NETWORK", c.Network == "none"},
+		{"pull_policy", "default", c.PullPolicy == "if-missing"},
+		{"idle_timeout", path, c.IdleTimeout == 30*time.Minute},
+		{"stop_timeout", "default", c.StopTimeout == 10*time.Second},
+		{"env", path, strings.Join(c.Env, "|") == "A=1|B=two words"},
+	}
+	for _, ck := range checks {
+		if !ck.ok {
+			t.Errorf("%s has the wrong value: %+v", ck.key, c)
+		}
+		if got := source(c, ck.key); got != ck.source {
+			t.Errorf("source of %s = %q, want %q", ck.key, got, ck.source)
+		}
+	}
+}
+
+func TestNoFileGivesDefaults(t *testing.T) {
+	c, err := Load(t.TempDir(), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Defaults()
+	if c.Image != d.Image || c.CPUs != 2 || c.MemoryMiB != 2048 || c.Network != "tsi" {
+		t.Fatalf("Load without a file = %+v, want the defaults", c)
+	}
+	for _, e := range c.Entries() {
+		if e.Source != "default" {
+			t.Errorf("%s comes from %q, want default", e.Key, e.Source)
+		}
+	}
+}
+
+func TestErrorsNameTheCulprit(t *testing.T) {
+	tests := []struct {
+		name, file string
+		env        map[string]string
+		want       []string
+	}{
+		{"unknown key", "cpu = 2\n", nil, []string{"unknown key \"cpu\"", "cpus"}},
+		{"bad toml", "cpus = = 2\n", nil, []string{FileName + ":1:"}},
+		{"cpus range", "cpus = 0\n", nil, []string{"cpus", "1 to 255"}},
+		{"cpus type", "cpus = 1.5\n", nil, []string{"cpus", "unsupported value"}},
+		{"memory", "memory = \"lots\"\n", nil, []string{"memory", "2GiB"}},
+		{"memory too small", "memory = \"1MiB\"\n", nil, []string{"128MiB"}},
+		{"network", "", map[string]string{"KRUNBOX_NETWORK": "host"}, []string{"KRUNBOX_NETWORK", "tsi, none"}},
+		{"policy", "pull_policy = \"sometimes\"\n", nil, []string{"if-missing, always, never"}},
+		{"duration", "", map[string]string{"KRUNBOX_IDLE_TIMEOUT": "-1s"}, []string{"KRUNBOX_IDLE_TIMEOUT", "duration"}},
+		{"env entry", "env = [\"NOEQUALS\"]\n", nil, []string{"KEY=VALUE"}},
+		{"env comma", "env = [\"A=1,2\"]\n", nil, []string{"comma"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(writeConfig(t, tt.file), env(tt.env))
+			if err == nil {
+				t.Fatal("Load succeeded, want an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseMemory(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{"2GiB", 2048}, {"2g", 2048}, {"512m", 512}, {"512MiB", 512}, {"1.5g", 1536}, {"1024", 1024},
+	}
+	for _, tt := range tests {
+		got, err := ParseMemory(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("ParseMemory(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+		}
+		if back, err := ParseMemory(FormatMemory(got)); err != nil || back != got {
+			t.Errorf("FormatMemory(%d) = %q does not read back", got, FormatMemory(got))
+		}
+	}
+}
