@@ -6,6 +6,7 @@ package testimage
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -109,21 +110,30 @@ func splitPath(p string) (dir, base string) {
 // Tar returns the entries as an uncompressed tar stream.
 func Tar(t testing.TB, entries ...Entry) []byte {
 	t.Helper()
+	b, err := TarBytes(entries...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TarBytes is Tar for callers that are not tests.
+func TarBytes(entries ...Entry) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
 		h := e.Hdr
 		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatalf("tar header %q: %v", h.Name, err)
+			return nil, fmt.Errorf("tar header %q: %w", h.Name, err)
 		}
 		if _, err := io.WriteString(tw, e.Body); err != nil {
-			t.Fatalf("tar body %q: %v", h.Name, err)
+			return nil, fmt.Errorf("tar body %q: %w", h.Name, err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return buf.Bytes()
+	return buf.Bytes(), nil
 }
 
 // Layer returns a gzip-compressed layer holding entries.
@@ -135,13 +145,17 @@ func Layer(t testing.TB, entries ...Entry) v1.Layer {
 // RawLayer returns a gzip-compressed layer of an uncompressed tar stream.
 func RawLayer(t testing.TB, tarball_ []byte, opts ...tarball.LayerOption) v1.Layer {
 	t.Helper()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(tarball_)), nil
-	}, opts...)
+	l, err := layerOf(tarball_, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
+}
+
+func layerOf(tarball_ []byte, opts ...tarball.LayerOption) (v1.Layer, error) {
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(tarball_)), nil
+	}, opts...)
 }
 
 // Config is the part of an image configuration tests set.
@@ -151,33 +165,38 @@ type Config = v1.Config
 // (e.g. "linux/amd64"; empty means the host's), with cfg as its config.
 func Image(t testing.TB, platform string, cfg Config, layers ...v1.Layer) v1.Image {
 	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
+	img, err := BuildImage(platform, cfg, layers...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return img
+}
+
+// BuildImage is Image for callers that are not tests.
+func BuildImage(platform string, cfg Config, layers ...v1.Layer) (v1.Image, error) {
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		return nil, err
 	}
 	img = mutate.MediaType(img, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	cf, err := img.ConfigFile()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cf = cf.DeepCopy()
 	p := HostPlatform()
 	if platform != "" {
 		pp, err := v1.ParsePlatform(platform)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		p = *pp
 	}
 	cf.OS, cf.Architecture, cf.Variant = p.OS, p.Architecture, p.Variant
 	cf.Config = cfg
 	cf.Created = v1.Time{Time: MTime}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return mutate.ConfigFile(img, cf)
 }
 
 // Index returns an image index of imgs, each annotated with the platform

@@ -2,6 +2,7 @@ package testimage
 
 import (
 	"archive/tar"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -80,23 +81,29 @@ func Serve(t testing.TB, img any) string {
 // layout at dir, tagged tag, and returns dir.
 func WriteLayout(t testing.TB, dir, tag string, img any) string {
 	t.Helper()
+	if err := AppendToLayout(dir, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// AppendToLayout is WriteLayout for callers that are not tests: it adds img
+// to the OCI image layout at dir (created if needed), tagged tag.
+func AppendToLayout(dir, tag string, img any) error {
 	p, err := layout.FromPath(dir)
 	if err != nil {
 		if p, err = layout.Write(dir, empty.Index); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
 	ann := layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": tag})
 	switch v := img.(type) {
 	case v1.Image:
-		err = p.AppendImage(v, ann)
+		return p.AppendImage(v, ann)
 	case v1.ImageIndex:
-		err = p.AppendIndex(v, ann)
+		return p.AppendIndex(v, ann)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return fmt.Errorf("append %T to a layout: not an image or index", img)
 }
 
 // WriteDockerArchive writes img as a "docker save" tarball tagged ref and
@@ -121,9 +128,21 @@ const BusyboxPath = "/bin/busybox"
 // /etc/group, and /tmp. It skips the test when busybox is missing.
 func Busybox(t testing.TB) v1.Image {
 	t.Helper()
+	if _, err := os.Stat(BusyboxPath); err != nil {
+		t.Skipf("%s not found (apt-get install busybox-static): %v", BusyboxPath, err)
+	}
+	img, err := BusyboxImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// BusyboxImage is Busybox for callers that are not tests.
+func BusyboxImage() (v1.Image, error) {
 	bin, err := os.ReadFile(BusyboxPath)
 	if err != nil {
-		t.Skipf("%s not found (apt-get install busybox-static): %v", BusyboxPath, err)
+		return nil, fmt.Errorf("%w (apt-get install busybox-static)", err)
 	}
 	entries := []Entry{
 		Dir("bin", 0o755),
@@ -134,11 +153,23 @@ func Busybox(t testing.TB) v1.Image {
 		Dir("root", 0o700),
 		Dir("tmp", 0o1777),
 	}
-	for _, a := range busyboxApplets(t) {
+	applets, err := busyboxApplets()
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range applets {
 		entries = append(entries, Symlink("bin/"+a, "busybox"))
 	}
+	tb, err := TarBytes(entries...)
+	if err != nil {
+		return nil, err
+	}
+	l, err := layerOf(tb)
+	if err != nil {
+		return nil, err
+	}
 	cfg := Config{Env: []string{"PATH=/bin"}, Cmd: []string{"/bin/sh"}, WorkingDir: "/"}
-	return Image(t, "", cfg, Layer(t, entries...))
+	return BuildImage("", cfg, l)
 }
 
 func entryBytes(name string, body []byte, mode int64) Entry {
@@ -149,10 +180,10 @@ func entryBytes(name string, body []byte, mode int64) Entry {
 }
 
 // busyboxApplets lists the applets of the host's busybox by running it.
-func busyboxApplets(t testing.TB) []string {
+func busyboxApplets() ([]string, error) {
 	out, err := exec.Command(BusyboxPath, "--list").Output()
 	if err != nil {
-		t.Fatalf("%s --list: %v", BusyboxPath, err)
+		return nil, fmt.Errorf("%s --list: %w", BusyboxPath, err)
 	}
 	var applets []string
 	for a := range strings.FieldsSeq(string(out)) {
@@ -160,5 +191,5 @@ func busyboxApplets(t testing.TB) []string {
 			applets = append(applets, a)
 		}
 	}
-	return applets
+	return applets, nil
 }
