@@ -116,11 +116,12 @@ func (s *Sandbox) Created() time.Time { return s.rec.Created }
 // ImageInfo describes the image a sandbox was made from.
 type ImageInfo struct {
 	// Ref is the reference as given; Name its normalized form.
-	Ref, Name string
+	Ref  string `json:"ref"`
+	Name string `json:"name"`
 	// Digest is the image manifest's digest.
-	Digest   string
-	Platform string
-	Config   oci.ImageConfig
+	Digest   string          `json:"digest"`
+	Platform string          `json:"platform"`
+	Config   oci.ImageConfig `json:"config"`
 }
 
 // Image describes the sandbox's image.
@@ -154,8 +155,9 @@ func (s *Sandbox) lock(ctx context.Context) (func(), error) {
 }
 
 // Start boots the sandbox's VM, if it does not run yet, and waits until its
-// guest agent answers. Concurrent starts of one sandbox, from any process,
-// start one VM. A start that fails says why: the runner's exit status and
+// guest agent answers. Before it boots a VM it checks that VMs can start
+// on this host (Host.Preflight). Concurrent starts of one sandbox, from any
+// process, start one VM. A start that fails says why: the runner's exit status and
 // log, the console's last lines, the mounts the guest could not make.
 func (s *Sandbox) Start(ctx context.Context) error {
 	unlock, err := s.lock(ctx)
@@ -175,6 +177,9 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		// Started by another process: running is enough; answering too.
 		_, err := s.waitReady(ctx, vm)
 		return err
+	}
+	if err := s.host.Preflight(ctx); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	spec, err := s.vmSpec(ctx)
 	if err != nil {
@@ -284,9 +289,60 @@ func (e *DeadError) Error() string {
 	return msg
 }
 
+// Unwrap returns ErrNotRunning.
+func (e *DeadError) Unwrap() error { return ErrNotRunning }
+
 // Hint says what to do.
 func (e *DeadError) Hint() string {
 	return fmt.Sprintf("see 'krunbox logs %s' and 'krunbox doctor'", e.Name)
+}
+
+// ErrNotRunning is wrapped by the errors reporting a sandbox whose VM does
+// not run: *NotRunningError and *DeadError.
+var ErrNotRunning = errors.New("sandbox is not running")
+
+// NotRunningError reports a sandbox that was never started or was stopped.
+type NotRunningError struct {
+	Name string
+	// State is StateCreated or StateStopped.
+	State State
+}
+
+func (e *NotRunningError) Error() string {
+	if e.State == StateCreated {
+		return fmt.Sprintf("sandbox %s is not running: it was never started", e.Name)
+	}
+	return fmt.Sprintf("sandbox %s is not running: it was stopped", e.Name)
+}
+
+// Unwrap returns ErrNotRunning.
+func (e *NotRunningError) Unwrap() error { return ErrNotRunning }
+
+// Hint says what to do.
+func (e *NotRunningError) Hint() string {
+	return fmt.Sprintf("start it with 'krunbox start %s'", e.Name)
+}
+
+// CheckReady returns nil when the sandbox's guest agent answers, and
+// otherwise says why not: a *NotRunningError for a sandbox never started or
+// stopped, a *DeadError (with how its VM ended and the console's last
+// lines) for one whose VM ended on its own or was killed, a *NotReadyError
+// for one whose VM runs but whose agent does not answer. Use it to explain
+// a failed call of the sandbox's Client.
+func (s *Sandbox) CheckReady(ctx context.Context) error {
+	st, err := s.Status(ctx)
+	if err != nil {
+		return err
+	}
+	switch st.State {
+	case StateRunning:
+		return nil
+	case StateCreated, StateStopped:
+		return &NotRunningError{Name: s.name, State: st.State}
+	case StateDead:
+		return s.deathError(vmm.Open(s.dir))
+	}
+	return &NotReadyError{Name: s.name, Err: errors.New(st.Reason), Console: s.consoleTail()}
 }
 
 func (s *Sandbox) deathError(vm *vmm.VM) error {
@@ -512,6 +568,10 @@ func (s *Sandbox) stop(ctx context.Context) error {
 // Remove stops the sandbox if it runs and deletes it: its writable layer,
 // logs and state. The image stays in the cache.
 func (s *Sandbox) Remove(ctx context.Context) error {
+	if _, err := os.Stat(s.dir); errors.Is(err, fs.ErrNotExist) {
+		s.host.emptyTrash()
+		return fmt.Errorf("remove %s: %w", s.name, ErrNotFound)
+	}
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return err
@@ -538,6 +598,17 @@ func (s *Sandbox) Remove(ctx context.Context) error {
 		return fmt.Errorf("remove %s: %w", s.name, err)
 	}
 	return s.host.emptyTrash()
+}
+
+// Remove removes the sandbox called name as Sandbox.Remove does, also when
+// its record is damaged or missing: it completes what an interrupted
+// create or removal left. It returns an error wrapping ErrNotFound when
+// there is no such sandbox.
+func (h *Host) Remove(ctx context.Context, name string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	return h.open(name, nil).Remove(ctx)
 }
 
 // emptyTrash deletes removed sandboxes, including what an interrupted
