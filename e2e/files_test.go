@@ -75,26 +75,16 @@ func testLogs(t *testing.T, e *env) {
 	cmd := e.command("logs", "-f", "logged")
 	var out outputBuffer
 	cmd.Stdout = &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done := startCmd(t, cmd)
 	waitFor(t, "logs -f to print the console", 30*time.Second, func() bool { return strings.Contains(out.String(), "ready") })
 	select {
-	case err := <-done:
-		t.Fatalf("logs -f ended while the VM runs: %v", err)
+	case code := <-done:
+		t.Fatalf("logs -f ended (exit %d) while the VM runs", code)
 	default:
 	}
 	e.ok("stop", "logged")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("logs -f: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("logs -f did not end when the VM stopped")
+	if code := exitOf(t, done, 30*time.Second, "logs -f after the VM stopped"); code != 0 {
+		t.Errorf("logs -f: exit %d", code)
 	}
 }
 

@@ -298,6 +298,35 @@ func processesOf(dir string) map[int]int {
 	return procs
 }
 
+// startCmd starts cmd, killed when the test ends, and returns a channel
+// receiving its exit code.
+func startCmd(t *testing.T, cmd *exec.Cmd) <-chan int {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() {
+		cmd.Wait()
+		done <- cmd.ProcessState.ExitCode()
+	}()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return done
+}
+
+// exitOf waits for the exit code from startCmd, failing the test after
+// timeout.
+func exitOf(t *testing.T, done <-chan int, timeout time.Duration, what string) int {
+	t.Helper()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %v", what, timeout)
+		return -1
+	}
+}
+
 // outputBuffer collects a process's output for tests to wait on.
 type outputBuffer struct {
 	mu  sync.Mutex

@@ -143,13 +143,10 @@ func testSignalsForwarded(t *testing.T, e *env) {
 		cmd := e.command("run", image, "--", "sh", "-c", script)
 		var out outputBuffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		done := startCmd(t, cmd)
 		waitFor(t, "the guest script to start", 30*time.Second, func() bool { return strings.Contains(out.String(), "ready") })
 		cmd.Process.Signal(tc.sig)
-		cmd.Wait()
-		if code := cmd.ProcessState.ExitCode(); code != tc.code || !strings.Contains(out.String(), "got-"+tc.name) {
+		if code := exitOf(t, done, 30*time.Second, "krunbox run after SIG"+tc.name); code != tc.code || !strings.Contains(out.String(), "got-"+tc.name) {
 			t.Errorf("SIG%s to krunbox run: exit %d, output %q; want the guest's trap to run and exit %d", tc.name, code, out.String(), tc.code)
 		}
 	}
