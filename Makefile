@@ -33,6 +33,7 @@ agent: $(AGENTS)
 
 $(AGENT_EMBED)/krunbox-agent-linux-%: FORCE
 	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $@ ./cmd/krunbox-agent
+	{ sha256sum $@ 2>/dev/null || shasum -a 256 $@; } | cut -d' ' -f1 > $@.sha256
 	@mkdir -p $(BUILD) && cp $@ $(BUILD)/
 
 krunbox: agent

@@ -2,7 +2,6 @@ package hostapi
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -510,15 +509,23 @@ func (h *Host) agentFile(arch string) (string, error) {
 	if bin.Path != "" {
 		return bin.Path, nil
 	}
+	digest, err := bin.Digest()
+	if err != nil {
+		return "", fmt.Errorf("guest agent: %w", err)
+	}
 	dir := filepath.Join(h.dirs.Cache, "agent")
-	path := filepath.Join(dir, fmt.Sprintf("%x", sha256.Sum256(bin.Data)))
-	if _, err := os.Stat(path); err == nil {
+	path := filepath.Join(dir, digest)
+	if fi, err := os.Stat(path); err == nil && fi.Size() == bin.Size {
 		return path, nil
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
+	data, err := bin.Data()
+	if err == nil {
+		err = os.MkdirAll(dir, 0o700)
 	}
-	if err := writeFileAtomic(path, bin.Data, 0o755); err != nil {
+	if err == nil {
+		err = writeFileAtomic(path, data, 0o755)
+	}
+	if err != nil {
 		return "", fmt.Errorf("guest agent: %w", err)
 	}
 	return path, nil

@@ -68,7 +68,7 @@ func AgentSource(arch string) (source string, size int, err error) {
 	if err != nil {
 		return "", 0, err
 	}
-	return b.Source, len(b.Data), nil
+	return b.Source, int(b.Size), nil
 }
 
 // KVMDevice returns the KVM device the runner checks before it loads
