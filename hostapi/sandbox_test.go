@@ -20,7 +20,7 @@ import (
 // testHost returns a Host on fresh directories that runs VMs on the libkrun
 // test double with the agent built by TestMain, and the reference of a
 // busybox image served on 127.0.0.1.
-func testHost(t *testing.T, opts ...HostOption) (*Host, string) {
+func testHost(t testing.TB, opts ...HostOption) (*Host, string) {
 	t.Helper()
 	if err := vmm.CheckNamespaces(); err != nil {
 		t.Skipf("the libkrun test double needs namespaces: %v", err)
@@ -38,7 +38,7 @@ func testHost(t *testing.T, opts ...HostOption) (*Host, string) {
 }
 
 // started creates and starts a sandbox, removed when the test ends.
-func started(t *testing.T, h *Host, cfg Config) *Sandbox {
+func started(t testing.TB, h *Host, cfg Config) *Sandbox {
 	t.Helper()
 	sb, err := h.Create(t.Context(), cfg)
 	if err != nil {
