@@ -110,7 +110,7 @@ func runSuite(t *testing.T, s *suite) {
 	}
 }
 
-func (s *suite) doctor(t *testing.T) result {
+func (s *suite) doctor(t testing.TB) result {
 	e := &env{t: t, suite: s, home: t.TempDir()}
 	return e.krunbox("doctor")
 }
@@ -118,14 +118,14 @@ func (s *suite) doctor(t *testing.T) result {
 // env is one scenario's krunbox installation: its own KRUNBOX_HOME, the
 // suite's libkrun, the test image pulled.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	suite *suite
 	home  string
 	// extra are KEY=VALUE entries added to krunbox's environment.
 	extra []string
 }
 
-func newEnv(t *testing.T, s *suite) *env {
+func newEnv(t testing.TB, s *suite) *env {
 	e := &env{t: t, suite: s, home: t.TempDir()}
 	t.Cleanup(e.cleanup)
 	return e
@@ -260,7 +260,7 @@ func (e *env) inspect(name string) map[string]any {
 }
 
 // waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for delay := time.Millisecond; !cond(); delay = min(2*delay, 50*time.Millisecond) {

@@ -15,7 +15,7 @@ import (
 // terminal runs krunbox on a new pseudo-terminal, as its controlling
 // terminal, as an interactive shell does.
 type terminal struct {
-	t      *testing.T
+	t      testing.TB
 	master *os.File
 	slave  *os.File
 	out    outputBuffer
