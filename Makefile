@@ -14,14 +14,16 @@ TESTKRUN     := $(BUILD)/testkrun/libkrun.so.1
 STATICCHECK  := $(GO) tool -modfile=tools/go.mod staticcheck
 UNAME_S      := $(shell uname -s)
 
-# The image and command of `make run`.
+# The image and command of `make run` (`make run-busybox`: a busybox image
+# built here from busybox-static, for machines without a registry).
 RUN_IMAGE ?= alpine
 RUN_CMD   ?= uname -a
+BUSYBOX   := $(BUILD)/busybox
 
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: all build agent krunbox testkrun test unit lint cross pi-test bench bench-oci bench-agent bench-vm bench-sandbox bench-pi run pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: all build agent krunbox testkrun test unit lint cross pi-test bench bench-oci bench-agent bench-vm bench-sandbox bench-pi run run-busybox pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -54,7 +56,7 @@ test: lint unit cross pi-test
 
 unit: build testkrun
 	$(TEST_ENV) $(GO) test -count=1 -timeout 20m ./...
-	@[ -r /dev/kvm ] || echo "SKIP: real-libkrun VM tests (no /dev/kvm here); see hack/README.md to run them on a KVM host"
+	@[ -r /dev/kvm ] || echo "SKIP: real-libkrun VM tests and end-to-end suite (no /dev/kvm here); see hack/README.md and e2e/bundle/README.md to run them on a KVM host"
 
 ## lint: gofmt, go vet and staticcheck
 lint:
@@ -103,9 +105,9 @@ bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi
 bench-oci:
 	GO=$(GO) hack/bench-oci.sh
 
-# Each area's benchmark target. Placeholders until the area is written.
-bench-sandbox:
-	@echo "$@: not written yet"
+## bench-sandbox: sandbox create against cp -a, krunbox exec against /bin/true, start to ready (BENCHMARKS.md)
+bench-sandbox: build testkrun
+	$(TEST_ENV) $(GO) test -run '^$$' -bench 'Sandbox' -benchtime 20x -timeout 30m ./e2e/
 
 ## bench-agent: the guest agent against os/exec and a bare socket pair (BENCHMARKS.md)
 bench-agent:
@@ -121,9 +123,27 @@ bench-pi:
 bench-vm: testkrun
 	$(TEST_ENV) $(GO) test -run '^$$' -bench StartToFirstByte -benchtime 50x -count 3 ./hostapi/vmm
 
-## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD))
+## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD)); without KVM it says what is missing
 run: build
 	$(BUILD)/krunbox run --rm $(RUN_IMAGE) -- $(RUN_CMD)
+
+## run-busybox: the main job on a busybox image built here (busybox-static), no registry needed
+run-busybox: build $(BUSYBOX)/index.json
+	$(BUILD)/krunbox run --rm oci:$(BUSYBOX):latest -- $(RUN_CMD)
+
+$(BUSYBOX)/index.json:
+	rm -rf $(BUSYBOX)
+	$(GO) run ./hack/mkimage $(BUSYBOX)
+
+## e2e-bundle: the end-to-end suite, krunbox and a busybox image, to run on a KVM host without Go
+e2e-bundle: build testkrun $(BUSYBOX)/index.json
+	rm -rf $(BUILD)/e2e-bundle
+	mkdir -p $(BUILD)/e2e-bundle/testkrun
+	$(GO) test -c -o $(BUILD)/e2e-bundle/e2e.test ./e2e
+	cp $(BUILD)/krunbox e2e/bundle/run.sh e2e/bundle/README.md $(BUILD)/e2e-bundle/
+	cp $(TESTKRUN) $(BUILD)/e2e-bundle/testkrun/
+	cp -R $(BUSYBOX) $(BUILD)/e2e-bundle/busybox
+	@echo "$@: $(BUILD)/e2e-bundle (copy it to a KVM host and run ./run.sh there)"
 
 clean:
 	rm -rf $(BUILD) $(AGENTS)
