@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ import (
 // benchImages serves both images and pulls them into h's cache; it
 // returns their references and the synthetic image's flattened tree.
 func benchImages(b *testing.B, h *Host, small string) (big, bigRootfs string) {
-	img, err := testimage.Synthetic()
+	img, err := synthetic()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,6 +42,9 @@ func benchImages(b *testing.B, h *Host, small string) (big, bigRootfs string) {
 	}
 	return big, bigRootfs
 }
+
+// synthetic builds the synthetic image once per run: it takes seconds.
+var synthetic = sync.OnceValues(testimage.Synthetic)
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
