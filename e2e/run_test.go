@@ -103,9 +103,10 @@ func testCannotStartVMs(t *testing.T, e *env) {
 	if hint := checkKrunboxError(t, e.krunbox("start", "later"), "cannot use KVM"); !strings.Contains(hint, "krunbox doctor") {
 		t.Errorf("start without KVM: hint %q", hint)
 	}
+	// No VM is left; ls says what happened.
 	e.extra = nil
-	if st := e.ls()["later"].State; st != "created" {
-		t.Errorf("state after the refused start: %q, want created", st)
+	if st := e.ls()["later"]; st.State != "dead" || st.Pid != 0 || !strings.Contains(st.Reason, "cannot use KVM") {
+		t.Errorf("after the refused start: %+v; want dead, no runner, saying why", st)
 	}
 }
 

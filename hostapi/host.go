@@ -107,9 +107,11 @@ func (h *Host) Images() (*oci.Store, error) {
 // that libkrun (the host's, see WithLibkrun) and libkrunfw load, probed in
 // a child process, and that the hypervisor (/dev/kvm on Linux) can be
 // used, unless the library is krunbox's test double. It returns nil or a
-// *vmm.PreflightError whose Hint says what to do. Start calls it before
-// it boots a VM; call it before Create to fail before an image is
-// pulled. A success is remembered by the Host, a failure is not.
+// *vmm.PreflightError whose Hint says what to do. It costs a process
+// start. Call it before Create to fail before an image is pulled; Start
+// calls it when a VM fails to boot, to say what the host lacks, and
+// before it pulls again an image the cache lost. A success is remembered
+// by the Host, a failure is not.
 func (h *Host) Preflight(ctx context.Context) error {
 	h.preflightMu.Lock()
 	defer h.preflightMu.Unlock()

@@ -154,10 +154,11 @@ func (s *Sandbox) lock(ctx context.Context) (func(), error) {
 }
 
 // Start boots the sandbox's VM, if it does not run yet, and waits until its
-// guest agent answers. Before it boots a VM it checks that VMs can start
-// on this host (Host.Preflight). Concurrent starts of one sandbox, from any
-// process, start one VM. A start that fails says why: the runner's exit status and
-// log, the console's last lines, the mounts the guest could not make.
+// guest agent answers. Concurrent starts of one sandbox, from any process,
+// start one VM. A start that fails says why: what this host lacks to run
+// VMs at all (a *vmm.PreflightError: no KVM, no libkrun), or the runner's
+// exit status and log, the console's last lines, the mounts the guest
+// could not make.
 func (s *Sandbox) Start(ctx context.Context) error {
 	unlock, err := s.lock(ctx)
 	if err != nil {
@@ -177,9 +178,6 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		_, err := s.waitReady(ctx, vm)
 		return err
 	}
-	if err := s.host.Preflight(ctx); err != nil {
-		return fmt.Errorf("start %s: %w", s.name, err)
-	}
 	spec, err := s.vmSpec(ctx)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", s.name, err)
@@ -188,7 +186,7 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	if _, err := vmm.Start(ctx, s.dir, spec); err != nil {
-		return fmt.Errorf("start %s: %w", s.name, err)
+		return fmt.Errorf("start %s: %w", s.name, s.diagnose(ctx, err))
 	}
 	info, err := s.waitReady(ctx, vm)
 	if err == nil {
@@ -199,9 +197,24 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		vm.Stop(sctx, time.Second)
+		var de *DeadError
+		if errors.As(err, &de) {
+			err = s.diagnose(ctx, err)
+		}
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	return nil
+}
+
+// diagnose explains a VM that could not boot: by what this host lacks
+// (Host.Preflight's error, with its fix) when something is missing, else
+// by err. Checking only after a failure keeps the probe, a process start,
+// off the path of every start.
+func (s *Sandbox) diagnose(ctx context.Context, err error) error {
+	if perr := s.host.Preflight(ctx); perr != nil {
+		return perr
+	}
+	return err
 }
 
 // mountErrors reports the mounts the guest agent could not make.
@@ -238,7 +251,7 @@ func (s *Sandbox) waitReady(ctx context.Context, vm *vmm.VM) (*AgentInfo, error)
 			return nil, &NotReadyError{Name: s.name, Err: fmt.Errorf("the guest agent did not answer within %v: %w", s.host.startTimeout, err), Console: s.consoleTail()}
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 20*time.Millisecond)
+		delay = min(2*delay, 5*time.Millisecond)
 	}
 }
 
@@ -454,6 +467,11 @@ func (s *Sandbox) imageTree(ctx context.Context) (string, error) {
 	root, err := store.Rootfs(ctx, digest)
 	if !errors.Is(err, oci.ErrNotFound) {
 		return root, err
+	}
+	// Not before the host is known to run VMs: nothing is pulled for a VM
+	// that cannot start.
+	if err := s.host.Preflight(ctx); err != nil {
+		return "", err
 	}
 	img, perr := s.host.pull(ctx, Config{Image: s.rec.Image.Ref, PullPolicy: oci.PullIfMissing, Platform: s.rec.Image.Platform})
 	if perr != nil {

@@ -149,7 +149,7 @@ func agentStartup(b *testing.B, dir string) time.Duration {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	c := NewUnixClient(sock)
 	defer c.Close()
-	for delay := time.Millisecond; ; delay = min(2*delay, 20*time.Millisecond) {
+	for delay := time.Millisecond; ; delay = min(2*delay, 5*time.Millisecond) {
 		if _, err := c.Info(b.Context()); err == nil {
 			return time.Since(start)
 		}
