@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -53,9 +52,7 @@ run, stop).
 				return statErr
 			}
 			if asJSON {
-				enc := json.NewEncoder(s.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(configJSON{File: file, Exists: exists, Settings: uc.Entries()})
+				return printJSON(s.out, configJSON{File: file, Exists: exists, Settings: uc.Entries()})
 			}
 			state := "not found"
 			if exists {

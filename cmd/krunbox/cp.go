@@ -39,11 +39,7 @@ skipped. Nothing is written outside DST, whatever links the guest made.
 			if dstIn {
 				name = dstName
 			}
-			h, err := hostapi.NewHost()
-			if err != nil {
-				return err
-			}
-			sb, err := getSandbox(h, name)
+			sb, err := openSandbox(name)
 			if err != nil {
 				return err
 			}

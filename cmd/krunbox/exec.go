@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-
 	"github.com/spf13/cobra"
 
 	"github.com/krunbox/krunbox/hostapi"
@@ -35,11 +33,7 @@ Flags go before NAME: everything after it is the command.`,
 			if err != nil {
 				return err
 			}
-			h, err := hostapi.NewHost()
-			if err != nil {
-				return err
-			}
-			sb, err := getSandbox(h, args[0])
+			sb, err := openSandbox(args[0])
 			if err != nil {
 				return err
 			}
@@ -66,13 +60,4 @@ Flags go before NAME: everything after it is the command.`,
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE for the command (KEY alone takes this process's value)")
 	cmd.Flags().StringVarP(&user, "user", "u", "", "guest user, name or uid[:gid] (default: the sandbox's)")
 	return cmd
-}
-
-// getSandbox returns the sandbox called name, or an error with a hint.
-func getSandbox(h *hostapi.Host, name string) (*hostapi.Sandbox, error) {
-	sb, err := h.Get(name)
-	if errors.Is(err, hostapi.ErrNotFound) {
-		return nil, withHint(err, "'krunbox ls' lists the sandboxes")
-	}
-	return sb, err
 }

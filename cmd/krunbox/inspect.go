@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"time"
 
@@ -38,11 +37,7 @@ func newInspectCmd(s *streams) *cobra.Command {
 		Short: "Print a sandbox's configuration, image, state and paths as JSON",
 		Args:  exactArgs(1, "a sandbox name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			h, err := hostapi.NewHost()
-			if err != nil {
-				return err
-			}
-			sb, err := getSandbox(h, args[0])
+			sb, err := openSandbox(args[0])
 			if err != nil {
 				return err
 			}
@@ -57,9 +52,7 @@ func newInspectCmd(s *streams) *cobra.Command {
 					RunnerLog: filepath.Join(sb.Dir(), vmm.LogFile),
 				},
 			}
-			enc := json.NewEncoder(s.out)
-			enc.SetIndent("", "  ")
-			return enc.Encode(out)
+			return printJSON(s.out, out)
 		},
 	}
 }

@@ -27,11 +27,7 @@ messages and what the guest agent logs (mounts, failures). With -f it keeps
 printing what comes until the VM stops.`,
 		Args: exactArgs(1, "a sandbox name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			h, err := hostapi.NewHost()
-			if err != nil {
-				return err
-			}
-			sb, err := getSandbox(h, args[0])
+			sb, err := openSandbox(args[0])
 			if err != nil {
 				return err
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"sync"
 	"text/tabwriter"
@@ -67,9 +66,7 @@ its runner was killed: --json says why).`,
 			}
 			wg.Wait()
 			if asJSON {
-				enc := json.NewEncoder(s.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
+				return printJSON(s.out, rows)
 			}
 			tw := tabwriter.NewWriter(s.out, 0, 4, 3, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tIMAGE\tSTATE\tCREATED\tWORKSPACE")

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"github.com/krunbox/krunbox/hostapi"
@@ -23,17 +21,7 @@ once boot one VM.`,
 			if err != nil {
 				return err
 			}
-			for _, name := range args {
-				sb, err := getSandbox(h, name)
-				if err != nil {
-					return err
-				}
-				if err := sb.Start(cmd.Context()); err != nil {
-					return err
-				}
-				fmt.Fprintln(s.out, name)
-			}
-			return nil
+			return eachSandbox(h, s.out, args, func(sb *hostapi.Sandbox) error { return sb.Start(cmd.Context()) })
 		},
 	}
 }

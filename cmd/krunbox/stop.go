@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,17 +26,7 @@ sandbox and its root file system stay: 'krunbox start' boots it again.`,
 			if err != nil {
 				return err
 			}
-			for _, name := range args {
-				sb, err := getSandbox(h, name)
-				if err != nil {
-					return err
-				}
-				if err := sb.Stop(cmd.Context()); err != nil {
-					return err
-				}
-				fmt.Fprintln(s.out, name)
-			}
-			return nil
+			return eachSandbox(h, s.out, args, func(sb *hostapi.Sandbox) error { return sb.Stop(cmd.Context()) })
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "how long the guest may take to shut down before the VM is ended (default: config stop_timeout)")
