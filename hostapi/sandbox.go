@@ -212,9 +212,29 @@ func (s *Sandbox) Start(ctx context.Context) error {
 // off the path of every start.
 func (s *Sandbox) diagnose(ctx context.Context, err error) error {
 	if perr := s.host.Preflight(ctx); perr != nil {
-		return perr
+		return &hostError{lacks: perr, boot: err}
 	}
 	return err
+}
+
+// hostError is a VM that could not boot on a host that lacks what VMs
+// need. It reads as the lack, with its fix (Hint), and wraps both that
+// error (a *vmm.PreflightError) and the boot's (a *vmm.StartError or a
+// *DeadError), for errors.As.
+type hostError struct {
+	lacks, boot error
+}
+
+func (e *hostError) Error() string   { return e.lacks.Error() }
+func (e *hostError) Unwrap() []error { return []error{e.lacks, e.boot} }
+
+// Hint says how to fix what the host lacks.
+func (e *hostError) Hint() string {
+	var h interface{ Hint() string }
+	if errors.As(e.lacks, &h) {
+		return h.Hint()
+	}
+	return ""
 }
 
 // mountErrors reports the mounts the guest agent could not make.

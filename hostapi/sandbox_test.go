@@ -398,3 +398,27 @@ func TestHostRemoveCompletesDamagedSandboxes(t *testing.T) {
 		t.Error("Remove accepted a bad name")
 	}
 }
+
+// A host without what VMs need: Start says what is missing, with its fix,
+// and the errors of both the check and the boot can be told apart.
+func TestStartOnAHostWithoutLibkrun(t *testing.T) {
+	h, ref := testHost(t, WithLibkrun("/nonexistent/libkrun.so.1"))
+	sb, err := h.Create(t.Context(), Config{Name: "nolib", Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Remove(context.Background()) })
+	err = sb.Start(t.Context())
+	var pe *vmm.PreflightError
+	var se *vmm.StartError
+	var h2 interface{ Hint() string }
+	if !errors.As(err, &pe) || !errors.As(err, &se) || !errors.As(err, &h2) {
+		t.Fatalf("start without libkrun: %v (%T); want it to wrap a PreflightError and the runner's StartError", err, err)
+	}
+	if !strings.Contains(err.Error(), "cannot start VMs on this host") || !strings.Contains(h2.Hint(), "install libkrun") {
+		t.Errorf("start without libkrun: %q, hint %q", err, h2.Hint())
+	}
+	if st, _ := sb.Status(t.Context()); st.State == StateRunning {
+		t.Error("a VM runs after a failed start")
+	}
+}
