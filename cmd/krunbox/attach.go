@@ -108,10 +108,10 @@ func exitCode(err error) (int, error) {
 	return 0, err
 }
 
-// startFailure gives a command the guest could not start the exit code a
+// notStartedError gives a command the guest could not start the exit code a
 // shell gives it: 127 for a program not found, 126 otherwise (not
 // executable, bad working directory or user).
-func startFailure(err error) error {
+func notStartedError(err error) error {
 	var se *hostapi.StartError
 	if !errors.As(err, &se) {
 		return err

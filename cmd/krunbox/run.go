@@ -155,7 +155,7 @@ func imageCommand(ic oci.ImageConfig, args []string) []string {
 func execError(ctx context.Context, sb *hostapi.Sandbox, err error) error {
 	var se *hostapi.StartError
 	if errors.As(err, &se) {
-		return startFailure(err)
+		return notStartedError(err)
 	}
 	if rerr := sb.CheckReady(context.WithoutCancel(ctx)); rerr != nil {
 		return rerr

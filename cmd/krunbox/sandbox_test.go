@@ -96,7 +96,7 @@ func TestStartFailureExitCodes(t *testing.T) {
 		{errors.New("other"), ExitKrunbox},
 	} {
 		var buf strings.Builder
-		if code := report(&buf, startFailure(tt.err)); code != tt.code || !strings.HasPrefix(buf.String(), "krunbox: ") {
+		if code := report(&buf, notStartedError(tt.err)); code != tt.code || !strings.HasPrefix(buf.String(), "krunbox: ") {
 			t.Errorf("%v: exit %d, %q; want %d and a krunbox: line", tt.err, code, buf.String(), tt.code)
 		}
 	}
