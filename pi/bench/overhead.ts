@@ -99,7 +99,7 @@ async function main(): Promise<void> {
     await c.request("sandbox.stop", { name, remove: true });
     await c.close();
   })();
-  env.cleanup();
+  await env.cleanup();
 
   console.log(`bench-pi: N=${N} per case, node ${process.versions.node}, server ${IS_STANDIN ? "stand-in (test/standin)" : SERVE_BIN}, shell ${shell}`);
   console.log("| operation | direct RPC median / p90 (ms) | through the extension median / p90 (ms) | added at the median (ms) | ratio |");
