@@ -128,10 +128,11 @@ bench-agent:
 	$(GO) test -run '^$$' -bench 'ExecTrue|Ping|SmallFileRead' -benchtime 2000x ./hostapi/
 	$(GO) test -run '^$$' -bench 'FileTransfer' -benchtime 10x ./hostapi/
 
-## bench-pi: tool-call overhead the pi extension adds on a ready sandbox (BENCHMARKS.md)
-bench-pi:
+## bench-pi: tool-call overhead the pi extension adds on a ready sandbox, against hostapi (BENCHMARKS.md)
+bench-pi: build testkrun $(PI_TEST_IMAGE)/index.json
 	$(PI_DEPS)
-	cd pi && node --import tsx bench/overhead.ts
+	$(GO) build -o $(BUILD)/benchpi ./hack/benchpi
+	cd pi && $(PI_TEST_ENV) KRUNBOX_BENCH_BASELINE=$(BUILD)/benchpi node --import tsx bench/overhead.ts
 
 ## bench-vm: VM start-up overhead under the test double, against fork/exec
 bench-vm: testkrun
