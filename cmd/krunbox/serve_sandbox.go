@@ -297,7 +297,11 @@ func (s *server) create(ctx context.Context, host *hostapi.Host, cfg hostapi.Con
 		sb, err = host.Get(cfg.Name)
 		return sb, false, err
 	}
-	return sb, err == nil, err
+	if err != nil {
+		// The configuration was checked: the image could not be had.
+		return nil, false, withHint(err, fmt.Sprintf("check the image reference %s and that its source is reachable; 'krunbox pull %s' tries the pull alone", cfg.Image, cfg.Image))
+	}
+	return sb, true, nil
 }
 
 // startHost returns a Host for starting one sandbox: the server's

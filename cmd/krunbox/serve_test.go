@@ -485,7 +485,7 @@ func TestServeImageErrors(t *testing.T) {
 	c.callErr("sandbox.ensure", bad, codeInvalidConfig)
 	missing := map[string]any{"name": "nolayout", "workspace": e.workspace, "config": map[string]any{"image": "oci:" + filepath.Join(e.home, "none") + ":latest"}}
 	err := c.callErr("sandbox.ensure", missing, codeStartFailed)
-	if d, _ := json.Marshal(err.Data); !strings.Contains(string(d), `"hint":`) {
+	if d, _ := json.Marshal(err.Data); !strings.Contains(string(d), `"hint":"check the image reference`) {
 		t.Errorf("an image that cannot be pulled: %s, data %s", err.Message, d)
 	}
 	var st sandboxStatus
