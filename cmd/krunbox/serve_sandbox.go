@@ -495,6 +495,14 @@ func (s *server) watch(sb *hostapi.Sandbox) {
 	}()
 }
 
+// unwatch stops watching a sandbox that this connection is about to stop:
+// the client knows, no sandbox.state is due.
+func (s *server) unwatch(name string) {
+	s.mu.Lock()
+	delete(s.watching, name)
+	s.mu.Unlock()
+}
+
 func (s *server) sandboxStatus(ctx context.Context, raw json.RawMessage) (any, func(), error) {
 	var p struct {
 		Name string `json:"name"`
@@ -514,6 +522,7 @@ func (s *server) sandboxRestart(ctx context.Context, raw json.RawMessage) (any, 
 		return nil, nil, err
 	}
 	name := req.cfg.Name
+	s.unwatch(name)
 	s.killExecs(name)
 	host, err := s.startHost(ctx, name, req.startTimeout)
 	if err != nil {
@@ -557,6 +566,7 @@ func (s *server) sandboxStop(ctx context.Context, raw json.RawMessage) (any, fun
 	s.mu.Lock()
 	delete(s.failures, p.Name)
 	s.mu.Unlock()
+	s.unwatch(p.Name)
 	sb, err := s.host.Get(p.Name)
 	if errors.Is(err, hostapi.ErrNotFound) {
 		return &sandboxStatus{Name: p.Name, State: stateAbsent}, nil, nil

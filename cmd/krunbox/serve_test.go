@@ -665,6 +665,13 @@ func TestServeSandboxLifecycle(t *testing.T) {
 	if st.State != stateAbsent {
 		t.Errorf("after stop with remove: %+v", st)
 	}
+	c.mu.Lock()
+	for _, m := range c.msgs {
+		if m.Method == "sandbox.state" {
+			t.Errorf("sandbox.state for stops and restarts this connection asked for: %s", m.Params)
+		}
+	}
+	c.mu.Unlock()
 	c.call("sandbox.status", map[string]any{"name": name}, &st)
 	if st.State != stateAbsent {
 		t.Errorf("status after remove: %+v", st)
