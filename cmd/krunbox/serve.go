@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -377,7 +378,7 @@ func (s *server) handle(ctx context.Context, line []byte) {
 		s.out.send(&message{ID: id, Error: newError(codeNotInitialized, nil, "not initialized: send initialize first")})
 		return
 	}
-	result, after, err := h(ctx, req.Params)
+	result, after, err := s.call(ctx, method, h, req.Params)
 	if ctx.Err() != nil {
 		return // the server is ending: nobody is listening
 	}
@@ -397,6 +398,17 @@ func (s *server) handle(ctx context.Context, line []byte) {
 	if after != nil {
 		after()
 	}
+}
+
+// call runs a handler; a panic, a bug, fails this request only.
+func (s *server) call(ctx context.Context, method string, h handler, params json.RawMessage) (result any, after func(), err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("panic", "method", method, "panic", p, "stack", string(debug.Stack()))
+			result, after, err = nil, nil, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return h(ctx, params)
 }
 
 // validID reports whether id is an integer or a string.

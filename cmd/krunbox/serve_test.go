@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1078,5 +1079,76 @@ func TestServeBinary(t *testing.T) {
 	}
 	if code := c.closeAndWait(); code != 0 {
 		t.Errorf("exit code %d, want 0", code)
+	}
+}
+
+// FuzzServeLine feeds arbitrary lines to an initialized server: each gets
+// at most one answer, which is JSON-RPC, and nothing panics.
+func FuzzServeLine(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"sandbox.status","params":{"name":"x"}}`,
+		`{"jsonrpc":"2.0","id":"a","method":"fs.stat","params":{"sandbox":"x","path":"/"}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"exec.start","params":{"sandbox":"x","execId":"e","argv":["true"],"env":{"A":"b"},"stdin":"aGk="}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"exec.signal","params":{"execId":"e","signal":"SIGKILL"}}`,
+		`{"jsonrpc":"2.0","id":4,"method":"sandbox.logs","params":{"name":"x","maxBytes":-1}}`,
+		`{"jsonrpc":"2.0","id":5,"method":"fs.writeFile","params":{"sandbox":"x","path":"/a","data":"!!","mode":-1}}`,
+		`{"jsonrpc":"2.0","id":6,"method":"sandbox.ensure","params":{"name":"x","workspace":"/nonexistent","config":{"image":"a","mounts":[{"host":""}]}}}`,
+		`{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":1e400}}`,
+		`{"jsonrpc":"2.0","id":1e3,"method":"x"}`, `[]`, `{}`, `null`, `"x"`, `{"id":null}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	home := f.TempDir()
+	f.Fuzz(func(t *testing.T, line []byte) {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || bytes.ContainsRune(line, '\n') {
+			return
+		}
+		h, err := hostapi.NewHost(hostapi.WithDirs(hostapi.Dirs{State: home + "/state", Cache: home + "/cache", Config: home + "/config"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		s := newServer(h, &out, slog.New(slog.DiscardHandler))
+		s.initialized.Store(true)
+		s.handle(t.Context(), line)
+		s.shutdown(func() {})
+		answers := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if out.Len() == 0 {
+			return // a notification
+		}
+		if len(answers) != 1 {
+			t.Fatalf("%q: %d answers: %q", line, len(answers), answers)
+		}
+		var m struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Result  json.RawMessage `json:"result"`
+			Error   *rpcError       `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(answers[0]), &m); err != nil || m.JSONRPC != "2.0" || m.ID == nil || (m.Result == nil) == (m.Error == nil) {
+			t.Fatalf("%q: answer %q is not a JSON-RPC response", line, answers[0])
+		}
+		if m.Error != nil && m.Error.Code == codeInternal {
+			t.Fatalf("%q: internal error %q", line, m.Error.Message)
+		}
+	})
+}
+
+func TestServePanicFailsOneRequest(t *testing.T) {
+	h, err := hostapi.NewHost(hostapi.WithDirs(hostapi.Dirs{State: t.TempDir(), Cache: t.TempDir(), Config: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	s := newServer(h, &out, slog.New(slog.DiscardHandler))
+	s.initialized.Store(true)
+	s.methods["test.panic"] = func(context.Context, json.RawMessage) (any, func(), error) { panic("a bug") }
+	s.handle(t.Context(), []byte(`{"jsonrpc":"2.0","id":1,"method":"test.panic"}`))
+	s.handle(t.Context(), []byte(`{"jsonrpc":"2.0","id":2,"method":"sandbox.status","params":{"name":"x"}}`))
+	want := `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"test.panic: panic: a bug"}}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"result":{"name":"x","state":"absent"}}` + "\n"
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }
