@@ -3,7 +3,7 @@
 // double, with KRUNBOX_SERVE_ENV='{"KRUNBOX_LIBKRUN": "..."}' and KRUNBOX_SERVE_IMAGE).
 
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -137,6 +137,8 @@ export async function eventually(cond: () => Promise<boolean> | boolean, what: s
  * ends, so tests using one clean up this way; failures are reported on stderr.
  */
 export async function removeSandboxes(cmd: ServeCommand, krunboxHome: string): Promise<void> {
+  // A krunbox serve that pi left behind may still be creating or starting one.
+  await waitForServers(krunboxHome);
   let names: string[];
   try {
     names = readdirSync(path.join(krunboxHome, "state", "sandboxes")).filter((n) => !n.startsWith("."));
@@ -155,6 +157,31 @@ export async function removeSandboxes(cmd: ServeCommand, krunboxHome: string): P
   } catch (err) {
     warn(err);
   }
+}
+
+/**
+ * Wait (at most 20 s) until no `krunbox serve --stdio` with this KRUNBOX_HOME runs. Linux
+ * only (it reads /proc); elsewhere it returns at once.
+ */
+export async function waitForServers(krunboxHome: string): Promise<void> {
+  const marker = `\0KRUNBOX_HOME=${krunboxHome}\0`;
+  const running = () => {
+    let pids: string[];
+    try {
+      pids = readdirSync("/proc").filter((p) => /^\d+$/.test(p));
+    } catch {
+      return false;
+    }
+    return pids.some((pid) => {
+      try {
+        const argv = readFileSync(`/proc/${pid}/cmdline`, "latin1");
+        return argv.includes("\0serve\0--stdio") && `\0${readFileSync(`/proc/${pid}/environ`, "latin1")}`.includes(marker);
+      } catch {
+        return false; // gone, or not ours to read
+      }
+    });
+  };
+  await eventually(() => !running(), `krunbox serve of ${krunboxHome} to exit`, 20_000).catch((err) => process.stderr.write(`test cleanup: ${err.message}\n`));
 }
 
 /** The RpcError p rejects with; fails the test when p resolves or rejects otherwise. */
