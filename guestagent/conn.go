@@ -164,6 +164,13 @@ func (c *conn) dispatch(f protocol.Frame) error {
 	if f.Stream > c.maxID {
 		return fmt.Errorf("%s frame on stream %d, which was never opened", f.Type, f.Stream)
 	}
+	switch f.Type {
+	case protocol.TypeData, protocol.TypeEOF, protocol.TypeCredit, protocol.TypeCancel, protocol.TypeSignal, protocol.TypeResize:
+	default:
+		// Checked before the stream is looked up: a frame the host never
+		// sends is an error even when its stream has just ended.
+		return fmt.Errorf("unexpected %s frame from the host", f.Type)
+	}
 	c.mu.Lock()
 	st := c.streams[f.Stream]
 	c.mu.Unlock()
@@ -202,8 +209,6 @@ func (c *conn) dispatch(f protocol.Frame) error {
 			return fmt.Errorf("%s frame on a %s stream", f.Type, st.typ)
 		}
 		return st.control(c, f)
-	default:
-		return fmt.Errorf("unexpected %s frame from the host", f.Type)
 	}
 	return nil
 }

@@ -100,6 +100,20 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Validate checks c as Create does before it pulls anything: its fields,
+// its workspace and its mounts (existing host directories whose guest
+// paths neither overlap nor shadow /, /proc, /sys, /dev or krunbox's own
+// directory). A Config that passes may still fail to create: its image
+// may not be pullable.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return err
+	}
+	_, err := sandboxMounts(&c)
+	return err
+}
+
 // validate checks the fields that need no file system.
 func (c *Config) validate() error {
 	var errs []error

@@ -91,6 +91,7 @@ func newRootCmd(s *streams) *cobra.Command {
 		newRmiCmd(s),
 		newPruneCmd(s),
 		newDoctorCmd(s),
+		newServeCmd(s),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(root.FlagErrorFunc())

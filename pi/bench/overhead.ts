@@ -1,14 +1,20 @@
 // Tool-call overhead added by the extension on a ready sandbox: a small `read` and a
 // `bash` of `true` through the extension (tool_call gate, pi's own tool definition, the
-// extension's operations, the RPC client) against the same operation sent directly on the
-// same krunbox serve connection, interleaved in one run. Medians and p90 in ms.
+// extension's operations, the RPC client, krunbox serve) against the same operation made
+// directly, interleaved in one run, on the same sandbox:
 //
-// Server: KRUNBOX_SERVE_BIN (default: the stand-in, a TypeScript process whose own costs
-// cancel out in the difference but not in the absolute figures).
+// - hostapi: the Go agent client (hack/benchpi: Client.ReadFile, Client.Run of the same
+//   SHELL -c true), the baseline: what a Go program pays;
+// - serve RPC: the same request sent directly on the extension's krunbox serve connection.
+//
+// Server: KRUNBOX_SERVE_BIN (default: the stand-in, a TypeScript process that runs commands
+// on the host: then there is no hostapi baseline). KRUNBOX_BENCH_BASELINE names the built
+// hack/benchpi. Medians and p90 in ms.
 //
 //   make bench-pi                      # from the repository root
 //   BENCH_N=1000 make bench-pi
 
+import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { performance } from "node:perf_hooks";
@@ -56,9 +62,11 @@ async function main(): Promise<void> {
   const file = path.join(env.workspace, "small.txt");
   writeFileSync(file, "0123456789\n".repeat(10));
 
-  const cases: { label: string; direct: () => Promise<unknown>; viaExt: () => Promise<unknown> }[] = [
+  const baseline = process.env.KRUNBOX_BENCH_BASELINE && !IS_STANDIN ? new Baseline(process.env.KRUNBOX_BENCH_BASELINE, name, env.env) : undefined;
+  const cases: { label: string; go: string; direct: () => Promise<unknown>; viaExt: () => Promise<unknown> }[] = [
     {
       label: "read of a 110-byte file",
+      go: `read ${file}`,
       direct: () => client.request("fs.readFile", { sandbox: name, path: file }),
       viaExt: async () => {
         const r = await pi.call("read", { path: file });
@@ -67,6 +75,7 @@ async function main(): Promise<void> {
     },
     {
       label: "bash `true`",
+      go: `run ${shell} -c true`,
       direct: () => client.exec({ sandbox: name, argv: [shell, "-c", "true"] }),
       viaExt: async () => {
         const r = await pi.call("bash", { command: "true" });
@@ -75,36 +84,81 @@ async function main(): Promise<void> {
     },
   ];
 
+  const ms = (xs: number[], q: number) => quantile(xs, q).toFixed(3);
   const rows: string[] = [];
   for (const c of cases) {
     for (let i = 0; i < WARMUP; i++) {
+      await baseline?.time(c.go);
       await c.direct();
       await c.viaExt();
     }
+    const g: number[] = [];
     const d: number[] = [];
     const e: number[] = [];
+    // The three sides take turns going first, so that none pays more than its share for
+    // coming right after another (the guest's reaping, the scheduler).
+    const sides = [async () => baseline && g.push(await baseline.time(c.go)), async () => d.push(await time(c.direct)), async () => e.push(await time(c.viaExt))];
     for (let i = 0; i < N; i++) {
-      d.push(await time(c.direct));
-      e.push(await time(c.viaExt));
+      for (let k = 0; k < sides.length; k++) await sides[(i + k) % sides.length]?.();
     }
-    const md = quantile(d, 0.5);
-    const me = quantile(e, 0.5);
+    const base = baseline ? g : d;
+    const added = quantile(e, 0.5) - quantile(base, 0.5);
     rows.push(
-      `| ${c.label} | ${md.toFixed(3)} / ${quantile(d, 0.9).toFixed(3)} | ${me.toFixed(3)} / ${quantile(e, 0.9).toFixed(3)} | ${(me - md).toFixed(3)} | ${(me / md).toFixed(2)}× |`,
+      `| ${c.label} | ${baseline ? `${ms(g, 0.5)} / ${ms(g, 0.9)}` : "n/a"} | ${ms(d, 0.5)} / ${ms(d, 0.9)} | ${ms(e, 0.5)} / ${ms(e, 0.9)} | **${added.toFixed(3)}** | ${(quantile(e, 0.5) / quantile(base, 0.5)).toFixed(2)}× |`,
     );
   }
+  await baseline?.close();
   await pi.emit("session_shutdown", { reason: "quit" });
-  await (async () => {
-    const c = await env.connect();
-    await c.request("sandbox.stop", { name, remove: true });
-    await c.close();
-  })();
-  env.cleanup();
+  await env.cleanup();
 
-  console.log(`bench-pi: N=${N} per case, node ${process.versions.node}, server ${IS_STANDIN ? "stand-in (test/standin)" : SERVE_BIN}, shell ${shell}`);
-  console.log("| operation | direct RPC median / p90 (ms) | through the extension median / p90 (ms) | added at the median (ms) | ratio |");
-  console.log("|---|---|---|---|---|");
+  console.log(
+    `bench-pi: N=${N} per case, interleaved; node ${process.versions.node}, pi 0.73.1's tool definitions; server ${IS_STANDIN ? "stand-in (test/standin)" : SERVE_BIN}; image ${IMAGE}; shell ${shell}`,
+  );
+  console.log(`added = through the extension − ${baseline ? "hostapi (Go)" : "serve RPC"}, at the median`);
+  console.log("| operation | hostapi (Go) median / p90 (ms) | serve RPC median / p90 (ms) | through the extension median / p90 (ms) | added (ms) | ratio |");
+  console.log("|---|---|---|---|---|---|");
   for (const r of rows) console.log(r);
+}
+
+/** hack/benchpi: times hostapi calls on request, one at a time. */
+class Baseline {
+  private readonly child;
+  private buf = "";
+  private waiting: { resolve: (line: string) => void; reject: (err: Error) => void } | undefined;
+  private exited: Error | undefined;
+
+  constructor(bin: string, sandbox: string, env: NodeJS.ProcessEnv) {
+    this.child = spawn(bin, [sandbox], { env, stdio: ["pipe", "pipe", "inherit"] });
+    this.child.stdout.setEncoding("utf8");
+    this.child.stdout.on("data", (d: string) => {
+      this.buf += d;
+      const nl = this.buf.indexOf("\n");
+      if (nl < 0 || !this.waiting) return;
+      const line = this.buf.slice(0, nl);
+      this.buf = this.buf.slice(nl + 1);
+      const w = this.waiting;
+      this.waiting = undefined;
+      w.resolve(line);
+    });
+    this.child.on("exit", (code) => {
+      this.exited = new Error(`${bin} exited with code ${code}`);
+      this.waiting?.reject(this.exited);
+    });
+  }
+
+  /** Run one request; resolves with the time hostapi took, in ms. */
+  time(request: string): Promise<number> {
+    if (this.exited) return Promise.reject(this.exited);
+    return new Promise((resolve, reject) => {
+      this.waiting = { resolve: (line) => resolve(Number(line) / 1e6), reject };
+      this.child.stdin.write(`${request}\n`);
+    });
+  }
+
+  async close(): Promise<void> {
+    this.child.stdin.end();
+    if (!this.exited) await new Promise((r) => this.child.once("exit", r));
+  }
 }
 
 main().catch((err) => {

@@ -194,11 +194,12 @@ export class SandboxController {
     } catch {
       // No /bin/sh: bash, find and grep will say so when used.
     }
+    // `command -v` prints a path, or the bare name for a shell builtin: busybox's sh
+    // (Debian's, say) runs its own applets that way, found again on the guest PATH.
     for (const line of out.split("\n")) {
       const p = line.trim();
-      if (!p.startsWith("/")) continue;
       const base = p.slice(p.lastIndexOf("/") + 1) as keyof GuestTools;
-      if (["bash", "rg", "find", "grep", "xargs"].includes(base)) tools[base] ??= p;
+      if ((p.startsWith("/") || p === base) && ["bash", "rg", "find", "grep", "xargs"].includes(base)) tools[base] ??= p;
     }
     return tools;
   }

@@ -35,7 +35,7 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
   after(async () => {
     await c?.request("sandbox.stop", { name, remove: true }).catch(() => {});
     await c?.close();
-    env.cleanup();
+    await env.cleanup();
   });
 
   test("initialize reports version 1 and limits", () => {
@@ -307,7 +307,7 @@ describe("serve protocol lifecycle", () => {
     } finally {
       await c2.request("sandbox.stop", { name, remove: true }).catch(() => {});
       await c2.close();
-      env.cleanup();
+      await env.cleanup();
     }
   });
 
@@ -344,7 +344,7 @@ describe("serve protocol framing", () => {
     } finally {
       s.end();
       assert.equal(await s.exited, 0, "EOF on stdin makes the server exit 0");
-      env.cleanup();
+      await env.cleanup();
     }
   });
 
@@ -368,7 +368,7 @@ describe("serve protocol framing", () => {
     } finally {
       s.end();
       await s.exited;
-      env.cleanup();
+      await env.cleanup();
     }
   });
 });

@@ -10,7 +10,7 @@ import { KrunboxExtension, refusedWorkspace } from "../src/extension.ts";
 import { ServeClient } from "../src/rpc.ts";
 import { sandboxName } from "../src/workspace.ts";
 import { FakePi, registerHostTool } from "./fake-pi.ts";
-import { eventually, IMAGE, IS_STANDIN, removeSandbox, SERVE_BIN } from "./serve-driver.ts";
+import { eventually, IMAGE, IS_STANDIN, removeSandboxes, SERVE_BIN, STANDIN } from "./serve-driver.ts";
 
 // pi hands the host environment (this process's) to bash operations: it must not reach the guest.
 process.env.HOST_SECRET = "do-not-leak";
@@ -22,7 +22,7 @@ const sessions: Setup[] = [];
 after(async () => {
   for (const s of sessions) {
     await s.pi.emit("session_shutdown", { reason: "quit" });
-    if (!IS_STANDIN) await removeSandbox({ bin: s.env.KRUNBOX_BIN as string, env: s.env }, sandboxName(s.ws));
+    await removeSandboxes({ bin: s.env.KRUNBOX_BIN as string, env: s.env }, s.home);
   }
   for (const r of roots) rmSync(r, { recursive: true, force: true });
 });
@@ -182,10 +182,11 @@ describe("routing into the sandbox", () => {
     assert.match((await call("ls", { path: "." })).text, /^dir\/$/m);
     assert.match((await call("find", { pattern: "*.txt" })).text, /dir\/f\.txt/);
     assert.match((await call("grep", { pattern: "deux" })).text, /dir\/f\.txt:2: deux/);
-    const bash = await call("bash", { command: 'echo "host=$HOSTNAME secret=${HOST_SECRET:-unset} passed=$PASSED cfg=$FROM_CONFIG session=${PI_SESSION_ID:-unset}"; pwd' });
+    const bash = await call("bash", { command: 'echo "host=$HOSTNAME uname=$(hostname) secret=${HOST_SECRET:-unset} passed=$PASSED cfg=$FROM_CONFIG session=${PI_SESSION_ID:-unset}"; pwd' });
     assert.match(bash.text, /secret=unset passed=yes cfg=cfg session=unset/);
     assert.ok(bash.text.includes(s.ws), "bash runs in the workspace");
-    if (IS_STANDIN) assert.match(bash.text, /host=pi-ws-[0-9a-f]{8}/);
+    // The stand-in only sets HOSTNAME; a VM's own hostname is the sandbox's name.
+    assert.match(bash.text, IS_STANDIN ? /host=pi-ws-[0-9a-f]{8} / : new RegExp(`uname=${sandboxName(s.ws)} `));
     const ub = await s.pi.emit("user_bash", { command: "echo from-bang", cwd: s.ws, excludeFromContext: false });
     let out = "";
     const res = await ub.operations.exec("echo from-bang; echo ${HOST_SECRET:-unset}", s.ws, { onData: (d: Buffer) => (out += d) });
@@ -224,14 +225,14 @@ describe("routing into the sandbox", () => {
     await shutdown(s);
   });
 
-  test("a start slower than start_timeout_sec blocks the call with that reason", { skip: !IS_STANDIN && "uses the stand-in's boot delay" }, async () => {
-    const s = await setup({ user: "start_timeout_sec = 1\n", env: { KRUNBOX_STANDIN_BOOT_MS: "4000" } });
+  test("a start slower than start_timeout_sec blocks the call with that reason (stand-in: its boot delay)", async () => {
+    const s = await setup({ user: "start_timeout_sec = 1\n", bin: STANDIN, env: { KRUNBOX_STANDIN_BOOT_MS: "4000" } });
     const r = await s.pi.call("bash", { command: "true" });
     assert.match(r.blocked ?? "", /still starting/);
     await shutdown(s);
   });
 
-  test("a sandbox stopped by its idle timeout starts again at the next call", { skip: !IS_STANDIN && "a real idle timeout takes a while" }, async () => {
+  test("a sandbox stopped by its idle timeout starts again at the next call", async () => {
     const s = await setup({ user: "idle_timeout_sec = 1\n" });
     await ready(s);
     await eventually(() => /stopped/.test(s.pi.status()), "the idle stop", 10_000);
@@ -241,14 +242,20 @@ describe("routing into the sandbox", () => {
     await shutdown(s);
   });
 
-  test("a dead krunbox serve is started again at the next call", { skip: !IS_STANDIN && "needs the stand-in's crash switch" }, async () => {
-    const s = await setup({ env: { KRUNBOX_STANDIN_CRASH_ON: "fs.readDir" } });
+  test("a dead krunbox serve fails the call in flight, and is started again at the next call", async () => {
+    const s = await setup();
     await ready(s);
-    const crashed = await s.pi.call("ls", {});
-    assert.equal(crashed.isError, true);
-    assert.match(crashed.text, /krunbox serve exited with code 3/);
+    const started = path.join(s.ws, "started");
+    const inFlight = s.pi.call("bash", { command: `touch ${started}; sleep 10` });
+    await eventually(() => existsSync(started), "the command to start");
+    const server = (s.ext as unknown as { ctrl: { connection: ServeClient } }).ctrl.connection;
+    process.kill(server.pid as number, "SIGKILL");
+    const failed = await inFlight;
+    assert.equal(failed.isError, true);
+    assert.match(failed.text, /krunbox serve was killed by SIGKILL/);
     await eventually(() => /stopped/.test(s.pi.status()), "stopped after the crash");
     const r = await s.pi.call("bash", { command: "echo back" });
+    assert.equal(r.blocked, undefined, "the gate starts a new server");
     assert.match(r.text, /back/);
     await shutdown(s);
   });

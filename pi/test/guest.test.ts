@@ -1,5 +1,7 @@
-// Guest operations, find and grep, through a serve server (the stand-in by default), with
-// the guest's tools played by busybox (as in a busybox-only image) and by GNU grep/find.
+// Guest operations, find and grep, through a serve server (the stand-in by default). With
+// the stand-in (commands on the host) the guest's tools are played by busybox (as in a
+// busybox-only image) and by GNU grep/find; with a real server they are the image's own
+// busybox applets, called by name as the probe finds them there.
 
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
@@ -119,7 +121,7 @@ describe("guest operations through serve", () => {
   after(async () => {
     await c?.request("sandbox.stop", { name, remove: true }).catch(() => {});
     await c?.close();
-    env.cleanup();
+    await env.cleanup();
   });
 
   test("GuestFS reads big files in chunks and maps errors", async () => {
@@ -179,17 +181,19 @@ describe("guest operations through serve", () => {
     assert.equal((await first.readFile(small)).toString(), "changed\n", "without a fresh access, readFile reads the file");
   });
 
-  const toolsets: [string, GuestTools | undefined][] = [
-    ["busybox", BUSYBOX ? { grep: path.join(env.root, "bb", "grep"), find: path.join(env.root, "bb", "find"), xargs: path.join(env.root, "bb", "xargs") } : undefined],
-    ["GNU", GNU.grep && GNU.find && GNU.xargs ? { grep: GNU.grep, find: GNU.find, xargs: GNU.xargs } : undefined],
-  ];
-  if (BUSYBOX) {
+  const toolsets: [string, GuestTools | undefined][] = IS_STANDIN
+    ? [
+        ["busybox", BUSYBOX ? { grep: path.join(env.root, "bb", "grep"), find: path.join(env.root, "bb", "find"), xargs: path.join(env.root, "bb", "xargs") } : undefined],
+        ["GNU", GNU.grep && GNU.find && GNU.xargs ? { grep: GNU.grep, find: GNU.find, xargs: GNU.xargs } : undefined],
+      ]
+    : [["the image's busybox", { grep: "grep", find: "find", xargs: "xargs" }]];
+  if (BUSYBOX && IS_STANDIN) {
     mkdirSync(path.join(env.root, "bb"), { recursive: true });
     for (const a of ["grep", "find", "xargs"]) symlinkSync(BUSYBOX, path.join(env.root, "bb", a));
   }
 
   for (const [label, tools] of toolsets) {
-    const skip = !tools ? `SKIP: ${label} grep/find/xargs not installed (apt-get install busybox-static)` : !IS_STANDIN ? "the guest's own tools are used with a real server" : false;
+    const skip = !tools ? `SKIP: ${label} grep/find/xargs not installed (apt-get install busybox-static)` : false;
     describe(`grep and find with ${label} tools`, { skip }, () => {
       const r = () => readyWith(tools as GuestTools);
       const grep = async (p: object, where = ws) => (await guestGrep(r(), { pattern: "hello", ...p }, where, !where.endsWith(".ts"))).content[0]?.text;

@@ -52,16 +52,19 @@ describe("ServeClient", () => {
   });
 
   test("a server that dies fails pending requests and running execs, and says so once", () =>
-    withServer({ KRUNBOX_STANDIN_CRASH_ON: "fs.stat" }, async (c, env) => {
+    withServer({}, async (c, env) => {
       const name = env.name("crash");
       await c.request("sandbox.ensure", env.ensureParams(name));
       const running = c.exec({ sandbox: name, argv: ["/bin/sh", "-c", "sleep 30"] });
       running.catch(() => {});
       const closes: string[] = [];
       c.onClose((e) => closes.push(e.message));
-      const err = await rpcRejection(c.request("fs.stat", { sandbox: name, path: "/" }));
+      // Pending: the server is killed before it can answer.
+      const pending = c.request("sandbox.ensure", env.ensureParams(env.name("never")));
+      process.kill(c.pid as number, "SIGKILL");
+      const err = await rpcRejection(pending);
       assert.equal(err.code, ClientErrorCode.ServerExited);
-      assert.match(err.message, /exited with code 3/);
+      assert.match(err.message, /was killed by SIGKILL/);
       assert.equal((await rpcRejection(running)).code, ClientErrorCode.ServerExited);
       assert.equal((await rpcRejection(c.request("sandbox.status", { name }))).code, ClientErrorCode.ServerExited);
       assert.equal(c.closed, true);
@@ -69,9 +72,10 @@ describe("ServeClient", () => {
     }));
 
   test("an aborted request rejects at once", () =>
-    withServer({ KRUNBOX_STANDIN_BOOT_MS: "5000" }, async (c, env) => {
+    withServer({}, async (c, env) => {
       const ac = new AbortController();
-      const p = c.request("sandbox.ensure", env.ensureParams(env.name("abort")), ac.signal);
+      const name = env.name("abort");
+      const p = c.request("sandbox.ensure", env.ensureParams(name), ac.signal);
       ac.abort();
       assert.equal((await rpcRejection(p)).code, ClientErrorCode.Aborted);
     }));

@@ -3,7 +3,7 @@
 // double, with KRUNBOX_SERVE_ENV='{"KRUNBOX_LIBKRUN": "..."}' and KRUNBOX_SERVE_IMAGE).
 
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -58,7 +58,9 @@ export class ServeEnv {
     return { name, workspace: this.workspace, config: { image: IMAGE, ...config } };
   }
 
-  cleanup(): void {
+  /** Remove the sandboxes (a real server's VMs outlive it) and the directories. */
+  async cleanup(): Promise<void> {
+    await removeSandboxes(this.command(), this.home);
     rmSync(this.root, { recursive: true, force: true });
   }
 }
@@ -130,20 +132,56 @@ export async function eventually(cond: () => Promise<boolean> | boolean, what: s
 }
 
 /**
- * Stop and remove a sandbox through a fresh connection, ignoring failures. Real servers
- * keep sandboxes (VMs) running after a session ends, so tests using one clean up this way.
+ * Stop and remove every sandbox of a KRUNBOX_HOME (krunbox keeps them in state/sandboxes/)
+ * through a fresh connection. Real servers keep sandboxes (VMs) running after a session
+ * ends, so tests using one clean up this way; failures are reported on stderr.
  */
-export async function removeSandbox(cmd: ServeCommand, name: string): Promise<void> {
+export async function removeSandboxes(cmd: ServeCommand, krunboxHome: string): Promise<void> {
+  // A krunbox serve that pi left behind may still be creating or starting one.
+  await waitForServers(krunboxHome);
+  let names: string[];
+  try {
+    names = readdirSync(path.join(krunboxHome, "state", "sandboxes")).filter((n) => !n.startsWith("."));
+  } catch {
+    return; // none (or the stand-in, which keeps its own)
+  }
+  if (names.length === 0) return;
+  const warn = (err: unknown) => process.stderr.write(`test cleanup: removing the sandboxes of ${krunboxHome}: ${err instanceof Error ? err.message : String(err)}\n`);
   try {
     const c = await ServeClient.connect(cmd, { name: "test-cleanup", version: "0" });
     try {
-      await c.request("sandbox.stop", { name, remove: true });
+      for (const name of names) await c.request("sandbox.stop", { name, remove: true }).catch(warn);
     } finally {
       await c.close();
     }
-  } catch {
-    // nothing to clean, or nothing we can do
+  } catch (err) {
+    warn(err);
   }
+}
+
+/**
+ * Wait (at most 20 s) until no `krunbox serve --stdio` with this KRUNBOX_HOME runs. Linux
+ * only (it reads /proc); elsewhere it returns at once.
+ */
+export async function waitForServers(krunboxHome: string): Promise<void> {
+  const marker = `\0KRUNBOX_HOME=${krunboxHome}\0`;
+  const running = () => {
+    let pids: string[];
+    try {
+      pids = readdirSync("/proc").filter((p) => /^\d+$/.test(p));
+    } catch {
+      return false;
+    }
+    return pids.some((pid) => {
+      try {
+        const argv = readFileSync(`/proc/${pid}/cmdline`, "latin1");
+        return argv.includes("\0serve\0--stdio") && `\0${readFileSync(`/proc/${pid}/environ`, "latin1")}`.includes(marker);
+      } catch {
+        return false; // gone, or not ours to read
+      }
+    });
+  };
+  await eventually(() => !running(), `krunbox serve of ${krunboxHome} to exit`, 20_000).catch((err) => process.stderr.write(`test cleanup: ${err.message}\n`));
 }
 
 /** The RpcError p rejects with; fails the test when p resolves or rejects otherwise. */
@@ -168,6 +206,6 @@ export async function withServer<T>(extraEnv: NodeJS.ProcessEnv, fn: (c: ServeCl
       await c.close();
     }
   } finally {
-    env.cleanup();
+    await env.cleanup();
   }
 }

@@ -7,6 +7,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import * as path from "node:path";
 import { describe, test } from "node:test";
+import { sandboxName } from "../../src/workspace.ts";
 import type { Turn } from "./fake-llm.ts";
 import { haveTmux, KRUNBOX_BIN, PKG, piArgs, piVersions, plain, promptOnce, RpcPi, REAL_VM, runPrint, setup, STANDIN_BIN, TuiPi, VM_SKIP } from "./harness.ts";
 
@@ -52,6 +53,10 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
               ["find", { pattern: "*.txt" }],
               ["grep", { pattern: "bye" }],
               ["bash", { command: "echo secret=${SECRET:-unset} session=${PI_SESSION_ID:-unset}; cat a.txt; touch made-by-bash; pwd" }],
+              // What the sandbox has outside the workspace, the host does not: the tools see the VM's /root.
+              ["ls", { path: "/root" }],
+              ["find", { pattern: marker, path: "/root" }],
+              ["grep", { pattern: "vm only", path: "/root" }],
             ]),
           );
           const rpc = new RpcPi(pi, env, piArgs());
@@ -61,7 +66,7 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
             assert.equal(await rpc.close(), 0);
           }
           const results = llm.toolResults();
-          assert.equal(results.length, 8, JSON.stringify(results));
+          assert.equal(results.length, 11, JSON.stringify(results));
           const byIndex = results.map((r) => r.text);
           for (const [i, r] of results.entries()) assert.doesNotMatch(r.text, /krunbox: blocked|\[krunbox\] ran on the HOST/, `${r.name} #${i}`);
           assert.equal(readFileSync(path.join(ws, "a.txt"), "utf8"), "bye\n", "write and edit reached the workspace on the host");
@@ -73,6 +78,9 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
           assert.match(byIndex[7] ?? "", /secret=unset session=unset\nbye\n/);
           assert.ok((byIndex[7] ?? "").includes(ws));
           assert.ok(existsSync(path.join(ws, "made-by-bash")));
+          assert.match(byIndex[8] ?? "", new RegExp(`^${marker}$`, "m"), "ls of the VM's /root");
+          assert.match(byIndex[9] ?? "", new RegExp(`^${marker}$`, "m"), "find in the VM's /root");
+          assert.match(byIndex[10] ?? "", new RegExp(`^${marker}:1: vm only$`, "m"), "grep in the VM's /root");
           assert.deepEqual(llm.offeredTools().sort(), ["bash", "edit", "find", "grep", "ls", "read", "write"]);
           assert.match(llm.systemPrompt(), /# Sandbox\nYour tools .* run inside a Linux microVM/);
           const statuses = rpc.statuses().map(plain);
@@ -88,11 +96,18 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
           const rpc = new RpcPi(pi, env, piArgs());
           try {
             await rpc.waitFor((r) => r.method === "setStatus" && /ready/.test(plain(String(r.statusText))), "ready");
-            const res = await rpc.send({ type: "bash", command: "echo bang secret=${SECRET:-unset}; touch bang-file" });
+            const outside = `/root/krunbox-e2e-bang-${process.pid}-${Date.now()}`;
+            // In a VM, also: its hostname, and a write outside the workspace (the stand-in would make it on the host).
+            const vm = REAL_VM ? `; hostname; echo vm > ${outside}` : "";
+            const res = await rpc.send({ type: "bash", command: `echo bang secret=\${SECRET:-unset}; touch bang-file${vm}` });
             assert.equal(res.success, true, JSON.stringify(res));
             assert.match(res.data.output, /bang secret=unset/);
             assert.equal(res.data.exitCode, 0);
             assert.ok(existsSync(path.join(env.workspace, "bang-file")));
+            if (REAL_VM) {
+              assert.match(res.data.output, new RegExp(`^${sandboxName(env.workspace)}$`, "m"), "!cmd sees the VM's hostname");
+              assert.equal(existsSync(outside), false, `${outside} must stay in the sandbox`);
+            }
           } finally {
             await rpc.close();
           }
@@ -109,9 +124,12 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
             const bang = path.join(env.workspace, "bang.txt");
             if (!broken) {
               await tui.waitForScreen(/krunbox: ready \(.*pi-ws-[0-9a-f]{8}\)/, "the ready footer");
-              tui.type("!echo bang-${SECRET:-unset} > bang.txt");
+              const outside = `/root/krunbox-e2e-tui-${process.pid}-${Date.now()}`;
+              const vm = REAL_VM ? `; hostname; echo vm > ${outside}` : "";
+              tui.type(`!{ echo bang-\${SECRET:-unset}${vm}; } > bang.tmp && mv bang.tmp bang.txt`);
               await eventuallyFile(bang);
-              assert.equal(readFileSync(bang, "utf8"), "bang-unset\n");
+              assert.equal(readFileSync(bang, "utf8"), REAL_VM ? `bang-unset\n${sandboxName(env.workspace)}\n` : "bang-unset\n");
+              assert.equal(existsSync(outside), false);
             } else {
               await tui.waitForScreen(/krunbox: blocked \(/, "the blocked footer");
               tui.type("!touch bang.txt; echo ran");
@@ -211,9 +229,9 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
         }
       });
 
-      test("a tool call made while the sandbox starts waits for it", { skip: !usingStandin && "uses the stand-in's boot delay" }, async () => {
+      test("a tool call made while the sandbox starts waits for it (stand-in: its boot delay)", async () => {
         const { llm, env, done } = await setup([{ tools: [{ name: "bash", args: { command: "echo after-the-wait" } }] }, { text: "done" }], {
-          env: { KRUNBOX_STANDIN_BOOT_MS: "2500" },
+          env: { KRUNBOX_BIN: STANDIN_BIN, KRUNBOX_STANDIN_BOOT_MS: "2500" },
         });
         try {
           await promptOnce(pi, env, piArgs(), "go");
@@ -250,6 +268,7 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
           const out = llm.toolResults()[0]?.text ?? "";
           const [guestHost, vm] = out.split("\n");
           assert.notEqual(guestHost, hostname(), "bash runs in the VM, not on the host");
+          assert.equal(guestHost, sandboxName(env.workspace), "the VM's hostname is the sandbox's name");
           assert.equal(vm, "vm");
           assert.equal(existsSync(outside), false);
         } finally {

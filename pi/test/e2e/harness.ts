@@ -14,8 +14,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
-import { sandboxName } from "../../src/workspace.ts";
-import { removeSandbox } from "../serve-driver.ts";
+import { removeSandboxes } from "../serve-driver.ts";
 import { FakeLLM, type Turn } from "./fake-llm.ts";
 
 /** The package under test (the directory with package.json). */
@@ -295,8 +294,8 @@ export async function setup(turns: Turn[], opts: ConstructorParameters<typeof Pi
     env,
     done: async () => {
       await llm.stop();
-      // The stand-in's sandboxes are directories in env.root; a real krunbox's keep running.
-      if (KRUNBOX_BIN !== STANDIN_BIN) await removeSandbox({ bin: KRUNBOX_BIN, env: env.env }, sandboxName(env.workspace));
+      // A real krunbox's sandboxes keep running; the stand-in's are directories in env.root.
+      await removeSandboxes({ bin: KRUNBOX_BIN, env: env.env }, env.krunboxHome);
       env.cleanup();
     },
   };

@@ -13,8 +13,7 @@
 //
 // Knobs, read from this process's environment (the extension passes its own down):
 // - KRUNBOX_LIBKRUN naming a missing file makes every start fail as the real one does;
-// - KRUNBOX_STANDIN_BOOT_MS delays each start (to test tool calls that wait for it);
-// - KRUNBOX_STANDIN_CRASH_ON=<method> makes the server exit(3) when it receives that method.
+// - KRUNBOX_STANDIN_BOOT_MS delays each start (to test tool calls that wait for it).
 
 import { type ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs/promises";
@@ -532,12 +531,6 @@ async function handle(line: string): Promise<void> {
   }
   const id = msg.id;
   if (id === undefined) return; // a client notification: none are defined
-  if (process.env.KRUNBOX_STANDIN_CRASH_ON === msg.method) {
-    log(`crashing on ${msg.method} as asked`);
-    // The real agent kills a disconnected client's commands; so does this crash.
-    for (const execId of execs.keys()) killGroup(execId, "SIGKILL");
-    process.exit(3);
-  }
   const fn = methods[msg.method];
   try {
     if (!fn) throw new ServeError(-32601, `method ${msg.method} not found`);
