@@ -14,11 +14,13 @@ TESTKRUN     := $(BUILD)/testkrun/libkrun.so.1
 STATICCHECK  := $(GO) tool -modfile=tools/go.mod staticcheck
 UNAME_S      := $(shell uname -s)
 
-# The image and command of `make run` (`make run-busybox`: a busybox image
-# built here from busybox-static, for machines without a registry).
+# The image and command of `make run`.
 RUN_IMAGE ?= alpine
 RUN_CMD   ?= uname -a
-BUSYBOX   := $(BUILD)/busybox
+
+# A busybox image (Debian's busybox-static) in an OCI layout, built here so that no
+# registry is needed: for make run-busybox, the pi tests' sandboxes and the e2e bundle.
+TEST_IMAGE := $(BUILD)/testimage
 
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
@@ -91,23 +93,15 @@ pi-tarball:
 	cd $(BUILD)/pi-package && npm pack --silent --pack-destination $(BUILD) >/dev/null
 	@echo "$@: $(PI_TARBALL)"
 
-# The image of the pi tests' sandboxes: busybox (Debian's busybox-static) in an OCI layout,
-# so that no registry is needed.
-PI_TEST_IMAGE = $(BUILD)/testimage
-
-$(PI_TEST_IMAGE)/index.json: hack/mkimage/main.go $(wildcard internal/testutil/testimage/*.go)
-	rm -rf $(PI_TEST_IMAGE)
-	$(GO) run ./hack/mkimage $(PI_TEST_IMAGE) >/dev/null
-
 # The pi tests run against the krunbox just built, on the libkrun test double: the protocol
 # conformance suite (KRUNBOX_SERVE_*), the extension's tests and real pi end to end
 # (KRUNBOX_E2E_*). See pi/test/serve-driver.ts and pi/test/e2e/harness.ts.
 PI_LIBKRUN_ENV = '{"KRUNBOX_LIBKRUN":"$(TESTKRUN)"}'
-PI_TEST_ENV    = KRUNBOX_SERVE_BIN=$(BUILD)/krunbox KRUNBOX_SERVE_ENV=$(PI_LIBKRUN_ENV) KRUNBOX_SERVE_IMAGE=oci:$(PI_TEST_IMAGE):latest \
-                 KRUNBOX_E2E_BIN=$(BUILD)/krunbox KRUNBOX_E2E_VM=1 KRUNBOX_E2E_ENV=$(PI_LIBKRUN_ENV) KRUNBOX_E2E_IMAGE=oci:$(PI_TEST_IMAGE):latest
+PI_TEST_ENV    = KRUNBOX_SERVE_BIN=$(BUILD)/krunbox KRUNBOX_SERVE_ENV=$(PI_LIBKRUN_ENV) KRUNBOX_SERVE_IMAGE=oci:$(TEST_IMAGE):latest \
+                 KRUNBOX_E2E_BIN=$(BUILD)/krunbox KRUNBOX_E2E_VM=1 KRUNBOX_E2E_ENV=$(PI_LIBKRUN_ENV) KRUNBOX_E2E_IMAGE=oci:$(TEST_IMAGE):latest
 
 ## pi-test: the pi extension: type check, unit, protocol conformance, package, e2e with real pi, on real krunbox
-pi-test: build testkrun $(PI_TEST_IMAGE)/index.json
+pi-test: build testkrun $(TEST_IMAGE)/index.json
 	$(PI_DEPS)
 	$(MAKE) --no-print-directory pi-tarball
 	cd pi && node_modules/.bin/tsc -p .
@@ -132,7 +126,7 @@ bench-agent:
 	$(GO) test -run '^$$' -bench 'FileTransfer' -benchtime 10x ./hostapi/
 
 ## bench-pi: tool-call overhead the pi extension adds on a ready sandbox, against hostapi (BENCHMARKS.md)
-bench-pi: build testkrun $(PI_TEST_IMAGE)/index.json
+bench-pi: build testkrun $(TEST_IMAGE)/index.json
 	$(PI_DEPS)
 	$(GO) build -o $(BUILD)/benchpi ./hack/benchpi
 	cd pi && $(PI_TEST_ENV) KRUNBOX_BENCH_BASELINE=$(BUILD)/benchpi node --import tsx bench/overhead.ts
@@ -146,21 +140,21 @@ run: build
 	$(BUILD)/krunbox run --rm $(RUN_IMAGE) -- $(RUN_CMD)
 
 ## run-busybox: the main job on a busybox image built here (busybox-static), no registry needed
-run-busybox: build $(BUSYBOX)/index.json
-	$(BUILD)/krunbox run --rm oci:$(BUSYBOX):latest -- $(RUN_CMD)
+run-busybox: build $(TEST_IMAGE)/index.json
+	$(BUILD)/krunbox run --rm oci:$(TEST_IMAGE):latest -- $(RUN_CMD)
 
-$(BUSYBOX)/index.json:
-	rm -rf $(BUSYBOX)
-	$(GO) run ./hack/mkimage $(BUSYBOX)
+$(TEST_IMAGE)/index.json: hack/mkimage/main.go $(wildcard internal/testutil/testimage/*.go)
+	rm -rf $(TEST_IMAGE)
+	$(GO) run ./hack/mkimage $(TEST_IMAGE) >/dev/null
 
 ## e2e-bundle: the end-to-end suite, krunbox and a busybox image, to run on a KVM host without Go
-e2e-bundle: build testkrun $(BUSYBOX)/index.json
+e2e-bundle: build testkrun $(TEST_IMAGE)/index.json
 	rm -rf $(BUILD)/e2e-bundle
 	mkdir -p $(BUILD)/e2e-bundle/testkrun
 	$(GO) test -c -o $(BUILD)/e2e-bundle/e2e.test ./e2e
 	cp $(BUILD)/krunbox e2e/bundle/run.sh e2e/bundle/README.md $(BUILD)/e2e-bundle/
 	cp $(TESTKRUN) $(BUILD)/e2e-bundle/testkrun/
-	cp -R $(BUSYBOX) $(BUILD)/e2e-bundle/busybox
+	cp -R $(TEST_IMAGE) $(BUILD)/e2e-bundle/busybox
 	@echo "$@: $(BUILD)/e2e-bundle (copy it to a KVM host and run ./run.sh there)"
 
 clean:
