@@ -42,6 +42,9 @@ starts of this sandbox only. 'krunbox start' boots it.
 			if err != nil {
 				return err
 			}
+			if err := cfg.Validate(); err != nil {
+				return createHint(err, cfg.Name)
+			}
 			if err := h.Preflight(cmd.Context()); err != nil {
 				return err
 			}

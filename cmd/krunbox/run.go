@@ -94,6 +94,9 @@ func splitImageCommand(cmd *cobra.Command, args []string) (image string, argv []
 // runInSandbox is run: preflight, create, start, the command, then stop or
 // remove whatever happened.
 func runInSandbox(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, argv []string, rm bool, s *streams, a attachFlags) (err error) {
+	if err := cfg.Validate(); err != nil {
+		return createHint(err, cfg.Name)
+	}
 	if err := h.Preflight(ctx); err != nil {
 		return err
 	}

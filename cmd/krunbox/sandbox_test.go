@@ -119,3 +119,20 @@ func TestRunUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// A bad configuration is reported as such, before the check that VMs can
+// start here (which fails on this machine without the double).
+func TestConfigErrorsComeFirst(t *testing.T) {
+	t.Setenv("KRUNBOX_HOME", t.TempDir())
+	t.Setenv("KRUNBOX_LIBKRUN", "/nonexistent/libkrun.so.1")
+	for _, args := range [][]string{
+		{"run", "-v", "/no/such/dir", "img", "true"},
+		{"create", "--name", "bad/name", "img"},
+		{"create", "-w", "relative", "img"},
+	} {
+		code, _, errOut := runCLI(t, args...)
+		if code != ExitKrunbox || strings.Contains(errOut, "cannot start VMs") || !strings.HasPrefix(errOut, "krunbox: ") {
+			t.Errorf("%q: exit %d, %q; want the configuration's error, not the host's", args, code, errOut)
+		}
+	}
+}
