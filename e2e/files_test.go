@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
 func testCopy(t *testing.T, e *env) {
@@ -73,7 +75,7 @@ func testLogs(t *testing.T, e *env) {
 	}
 	// -f follows until the VM stops.
 	cmd := e.command("logs", "-f", "logged")
-	var out outputBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout = &out
 	done := startCmd(t, cmd)
 	waitFor(t, "logs -f to print the console", 30*time.Second, func() bool { return strings.Contains(out.String(), "ready") })

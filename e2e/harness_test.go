@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -325,22 +324,4 @@ func exitOf(t *testing.T, done <-chan int, timeout time.Duration, what string) i
 		t.Fatalf("%s did not exit within %v", what, timeout)
 		return -1
 	}
-}
-
-// outputBuffer collects a process's output for tests to wait on.
-type outputBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *outputBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *outputBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
 // checkKrunboxError checks a failure of krunbox itself: exit 125, one
@@ -142,7 +144,7 @@ func testSignalsForwarded(t *testing.T, e *env) {
 	}{{syscall.SIGINT, "INT", 43}, {syscall.SIGTERM, "TERM", 44}, {syscall.SIGHUP, "HUP", 45}} {
 		script := "trap 'echo got-" + tc.name + "; exit " + strconv.Itoa(tc.code) + "' " + tc.name + "; echo ready; while :; do sleep 0.05; done"
 		cmd := e.command("run", image, "--", "sh", "-c", script)
-		var out outputBuffer
+		var out syncbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		done := startCmd(t, cmd)
 		waitFor(t, "the guest script to start", 30*time.Second, func() bool { return strings.Contains(out.String(), "ready") })

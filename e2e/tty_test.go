@@ -10,6 +10,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
 // terminal runs krunbox on a new pseudo-terminal, as its controlling
@@ -18,7 +20,7 @@ type terminal struct {
 	t      testing.TB
 	master *os.File
 	slave  *os.File
-	out    outputBuffer
+	out    syncbuf.Buffer
 	done   chan struct{}
 	code   int
 }
