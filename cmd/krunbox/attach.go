@@ -36,7 +36,6 @@ func attach(ctx context.Context, c *hostapi.Client, cmd hostapi.Cmd, s *streams,
 	if f.stdin {
 		cmd.Stdin = s.in
 	}
-	var raw func()
 	if f.tty {
 		ws := terminalSize(s)
 		cmd.TTY = &ws
@@ -49,8 +48,7 @@ func attach(ctx context.Context, c *hostapi.Client, cmd hostapi.Cmd, s *streams,
 			if err != nil {
 				return 0, fmt.Errorf("terminal raw mode: %w", err)
 			}
-			raw = func() { term.Restore(fd, state) }
-			defer raw()
+			defer term.Restore(fd, state)
 		}
 	} else {
 		cmd.Stderr = s.errOut
