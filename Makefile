@@ -18,10 +18,14 @@ UNAME_S      := $(shell uname -s)
 RUN_IMAGE ?= alpine
 RUN_CMD   ?= uname -a
 
+# A busybox image (Debian's busybox-static) in an OCI layout, built here so that no
+# registry is needed: for make run-busybox, the pi tests' sandboxes and the e2e bundle.
+TEST_IMAGE := $(BUILD)/testimage
+
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: all build agent krunbox testkrun test unit lint cross pi-test bench bench-oci bench-agent bench-vm bench-sandbox bench-pi run pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: all build agent krunbox testkrun test unit lint cross pi-test bench bench-oci bench-agent bench-vm bench-sandbox bench-pi run run-busybox pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -33,6 +37,7 @@ agent: $(AGENTS)
 
 $(AGENT_EMBED)/krunbox-agent-linux-%: FORCE
 	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $@ ./cmd/krunbox-agent
+	{ sha256sum $@ 2>/dev/null || shasum -a 256 $@; } | cut -d' ' -f1 > $@.sha256
 	@mkdir -p $(BUILD) && cp $@ $(BUILD)/
 
 krunbox: agent
@@ -53,7 +58,7 @@ test: lint unit cross pi-test
 
 unit: build testkrun
 	$(TEST_ENV) $(GO) test -count=1 -timeout 20m ./...
-	@[ -r /dev/kvm ] || echo "SKIP: real-libkrun VM tests (no /dev/kvm here); see hack/README.md to run them on a KVM host"
+	@[ -r /dev/kvm ] || echo "SKIP: real-libkrun VM tests and end-to-end suite (no /dev/kvm here); see hack/README.md and e2e/bundle/README.md to run them on a KVM host"
 
 ## lint: gofmt, go vet and staticcheck
 lint:
@@ -88,23 +93,15 @@ pi-tarball:
 	cd $(BUILD)/pi-package && npm pack --silent --pack-destination $(BUILD) >/dev/null
 	@echo "$@: $(PI_TARBALL)"
 
-# The image of the pi tests' sandboxes: busybox (Debian's busybox-static) in an OCI layout,
-# so that no registry is needed.
-PI_TEST_IMAGE = $(BUILD)/testimage
-
-$(PI_TEST_IMAGE)/index.json: hack/mkimage/main.go $(wildcard internal/testutil/testimage/*.go)
-	rm -rf $(PI_TEST_IMAGE)
-	$(GO) run ./hack/mkimage $(PI_TEST_IMAGE) >/dev/null
-
 # The pi tests run against the krunbox just built, on the libkrun test double: the protocol
 # conformance suite (KRUNBOX_SERVE_*), the extension's tests and real pi end to end
 # (KRUNBOX_E2E_*). See pi/test/serve-driver.ts and pi/test/e2e/harness.ts.
 PI_LIBKRUN_ENV = '{"KRUNBOX_LIBKRUN":"$(TESTKRUN)"}'
-PI_TEST_ENV    = KRUNBOX_SERVE_BIN=$(BUILD)/krunbox KRUNBOX_SERVE_ENV=$(PI_LIBKRUN_ENV) KRUNBOX_SERVE_IMAGE=oci:$(PI_TEST_IMAGE):latest \
-                 KRUNBOX_E2E_BIN=$(BUILD)/krunbox KRUNBOX_E2E_VM=1 KRUNBOX_E2E_ENV=$(PI_LIBKRUN_ENV) KRUNBOX_E2E_IMAGE=oci:$(PI_TEST_IMAGE):latest
+PI_TEST_ENV    = KRUNBOX_SERVE_BIN=$(BUILD)/krunbox KRUNBOX_SERVE_ENV=$(PI_LIBKRUN_ENV) KRUNBOX_SERVE_IMAGE=oci:$(TEST_IMAGE):latest \
+                 KRUNBOX_E2E_BIN=$(BUILD)/krunbox KRUNBOX_E2E_VM=1 KRUNBOX_E2E_ENV=$(PI_LIBKRUN_ENV) KRUNBOX_E2E_IMAGE=oci:$(TEST_IMAGE):latest
 
 ## pi-test: the pi extension: type check, unit, protocol conformance, package, e2e with real pi, on real krunbox
-pi-test: build testkrun $(PI_TEST_IMAGE)/index.json
+pi-test: build testkrun $(TEST_IMAGE)/index.json
 	$(PI_DEPS)
 	$(MAKE) --no-print-directory pi-tarball
 	cd pi && node_modules/.bin/tsc -p .
@@ -119,9 +116,9 @@ bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi
 bench-oci:
 	GO=$(GO) hack/bench-oci.sh
 
-# Each area's benchmark target. Placeholders until the area is written.
-bench-sandbox:
-	@echo "$@: not written yet"
+## bench-sandbox: sandbox create against cp -a, krunbox exec against /bin/true, start to ready (BENCHMARKS.md)
+bench-sandbox: build testkrun
+	$(TEST_ENV) $(GO) test -run '^$$' -bench 'Sandbox' -benchtime 20x -timeout 30m ./hostapi/ ./e2e/
 
 ## bench-agent: the guest agent against os/exec and a bare socket pair (BENCHMARKS.md)
 bench-agent:
@@ -129,7 +126,7 @@ bench-agent:
 	$(GO) test -run '^$$' -bench 'FileTransfer' -benchtime 10x ./hostapi/
 
 ## bench-pi: tool-call overhead the pi extension adds on a ready sandbox, against hostapi (BENCHMARKS.md)
-bench-pi: build testkrun $(PI_TEST_IMAGE)/index.json
+bench-pi: build testkrun $(TEST_IMAGE)/index.json
 	$(PI_DEPS)
 	$(GO) build -o $(BUILD)/benchpi ./hack/benchpi
 	cd pi && $(PI_TEST_ENV) KRUNBOX_BENCH_BASELINE=$(BUILD)/benchpi node --import tsx bench/overhead.ts
@@ -138,9 +135,27 @@ bench-pi: build testkrun $(PI_TEST_IMAGE)/index.json
 bench-vm: testkrun
 	$(TEST_ENV) $(GO) test -run '^$$' -bench StartToFirstByte -benchtime 50x -count 3 ./hostapi/vmm
 
-## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD))
+## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD)); without KVM it says what is missing
 run: build
 	$(BUILD)/krunbox run --rm $(RUN_IMAGE) -- $(RUN_CMD)
+
+## run-busybox: the main job on a busybox image built here (busybox-static), no registry needed
+run-busybox: build $(TEST_IMAGE)/index.json
+	$(BUILD)/krunbox run --rm oci:$(TEST_IMAGE):latest -- $(RUN_CMD)
+
+$(TEST_IMAGE)/index.json: hack/mkimage/main.go $(wildcard internal/testutil/testimage/*.go)
+	rm -rf $(TEST_IMAGE)
+	$(GO) run ./hack/mkimage $(TEST_IMAGE) >/dev/null
+
+## e2e-bundle: the end-to-end suite, krunbox and a busybox image, to run on a KVM host without Go
+e2e-bundle: build testkrun $(TEST_IMAGE)/index.json
+	rm -rf $(BUILD)/e2e-bundle
+	mkdir -p $(BUILD)/e2e-bundle/testkrun
+	$(GO) test -c -o $(BUILD)/e2e-bundle/e2e.test ./e2e
+	cp $(BUILD)/krunbox e2e/bundle/run.sh e2e/bundle/README.md $(BUILD)/e2e-bundle/
+	cp $(TESTKRUN) $(BUILD)/e2e-bundle/testkrun/
+	cp -R $(TEST_IMAGE) $(BUILD)/e2e-bundle/busybox
+	@echo "$@: $(BUILD)/e2e-bundle (copy it to a KVM host and run ./run.sh there)"
 
 clean:
 	rm -rf $(BUILD) $(AGENTS)

@@ -90,5 +90,15 @@ func (id *identity) credential() (*syscall.Credential, *protocol.Error) {
 		e.Message = "the agent does not run as root, so it can only run processes as itself"
 		return nil, e
 	}
-	return &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: id.groups}, nil
+	return &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: id.groups, NoSetGroups: setgroupsDenied()}, nil
+}
+
+// setgroupsDenied reports whether this process may not set its groups: in
+// a user namespace whose creator wrote "deny" to /proc/self/setgroups, as
+// krunbox's runner does for a caller who is not root. A guest with its own
+// kernel never meets it; an agent under the libkrun test double, sharing
+// the host's kernel, does, and then runs processes with its own groups.
+func setgroupsDenied() bool {
+	b, err := os.ReadFile("/proc/self/setgroups")
+	return err == nil && strings.TrimSpace(string(b)) == "deny"
 }

@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/oci"
 )
 
@@ -39,6 +40,9 @@ type Host struct {
 	storeOnce sync.Once
 	store     *oci.Store
 	storeErr  error
+
+	preflightMu sync.Mutex
+	preflightOK bool
 }
 
 // HostOption configures a Host.
@@ -97,6 +101,28 @@ func (h *Host) Dirs() Dirs { return h.dirs }
 func (h *Host) Images() (*oci.Store, error) {
 	h.storeOnce.Do(func() { h.store, h.storeErr = oci.Open(h.dirs.Cache, h.storeOpts...) })
 	return h.store, h.storeErr
+}
+
+// Preflight checks that this host can start VMs, as the VM runner will:
+// that libkrun (the host's, see WithLibkrun) and libkrunfw load, probed in
+// a child process, and that the hypervisor (/dev/kvm on Linux) can be
+// used, unless the library is krunbox's test double. It returns nil or a
+// *vmm.PreflightError whose Hint says what to do. It costs a process
+// start. Call it before Create to fail before an image is pulled; Start
+// calls it when a VM fails to boot, to say what the host lacks, and
+// before it pulls again an image the cache lost. A success is remembered
+// by the Host, a failure is not.
+func (h *Host) Preflight(ctx context.Context) error {
+	h.preflightMu.Lock()
+	defer h.preflightMu.Unlock()
+	if h.preflightOK {
+		return nil
+	}
+	if err := vmm.Preflight(ctx, h.libkrun); err != nil {
+		return err
+	}
+	h.preflightOK = true
+	return nil
 }
 
 // Create creates a sandbox from cfg: it pulls the image as cfg.PullPolicy

@@ -63,8 +63,11 @@ func ParseMount(s string) (Mount, error) {
 // the kernel's filesystems, and where krunbox puts the agent.
 var reservedGuestPaths = []string{"/", "/proc", "/sys", "/dev", protocol.GuestDir}
 
-// errMount is wrapped by every mount validation error.
-var errMount = errors.New("invalid mount")
+// ErrInvalidMount is wrapped by the errors of Create for mounts it refuses:
+// a host path that is not a directory, a guest path that is relative or
+// would shadow the root, /proc, /sys, /dev or krunbox's own directory, and
+// mounts that overlap in the guest.
+var ErrInvalidMount = errors.New("invalid mount")
 
 // resolveMounts validates mounts and returns them normalised: host paths
 // absolute, cleaned and with symlinks resolved, guest paths absolute and
@@ -83,7 +86,7 @@ func resolveMounts(mounts []Mount) ([]Mount, error) {
 	for i, a := range out {
 		for _, b := range out[i+1:] {
 			if within(a.GuestPath, b.GuestPath) || within(b.GuestPath, a.GuestPath) {
-				return nil, fmt.Errorf("%w: %s and %s overlap in the guest at %s and %s", errMount, a.HostPath, b.HostPath, a.GuestPath, b.GuestPath)
+				return nil, fmt.Errorf("%w: %s and %s overlap in the guest at %s and %s", ErrInvalidMount, a.HostPath, b.HostPath, a.GuestPath, b.GuestPath)
 			}
 		}
 	}
@@ -93,30 +96,30 @@ func resolveMounts(mounts []Mount) ([]Mount, error) {
 func resolveMount(m Mount) (Mount, error) {
 	host, err := filepath.Abs(m.HostPath)
 	if err != nil {
-		return Mount{}, fmt.Errorf("%w %s: %w", errMount, m.HostPath, err)
+		return Mount{}, fmt.Errorf("%w %s: %w", ErrInvalidMount, m.HostPath, err)
 	}
 	host, err = filepath.EvalSymlinks(host)
 	if err != nil {
-		return Mount{}, fmt.Errorf("%w %s: %w", errMount, m.HostPath, err)
+		return Mount{}, fmt.Errorf("%w %s: %w", ErrInvalidMount, m.HostPath, err)
 	}
 	fi, err := os.Stat(host)
 	if err != nil {
-		return Mount{}, fmt.Errorf("%w %s: %w", errMount, m.HostPath, err)
+		return Mount{}, fmt.Errorf("%w %s: %w", ErrInvalidMount, m.HostPath, err)
 	}
 	if !fi.IsDir() {
-		return Mount{}, fmt.Errorf("%w %s: not a directory (virtio-fs shares directories; mount its parent)", errMount, m.HostPath)
+		return Mount{}, fmt.Errorf("%w %s: not a directory (virtio-fs shares directories; mount its parent)", ErrInvalidMount, m.HostPath)
 	}
 	guest := m.GuestPath
 	if guest == "" {
 		guest = host
 	}
 	if !filepath.IsAbs(guest) {
-		return Mount{}, fmt.Errorf("%w %s: guest path %q is not absolute", errMount, m.HostPath, guest)
+		return Mount{}, fmt.Errorf("%w %s: guest path %q is not absolute", ErrInvalidMount, m.HostPath, guest)
 	}
 	guest = filepath.Clean(guest)
 	for _, r := range reservedGuestPaths {
 		if guest == r || (r != "/" && within(r, guest)) {
-			return Mount{}, fmt.Errorf("%w %s: guest path %s would shadow %s", errMount, m.HostPath, guest, r)
+			return Mount{}, fmt.Errorf("%w %s: guest path %s would shadow %s", ErrInvalidMount, m.HostPath, guest, r)
 		}
 	}
 	return Mount{HostPath: host, GuestPath: guest, ReadOnly: m.ReadOnly}, nil

@@ -90,7 +90,7 @@ func TestResolveMounts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := resolveMounts(tt.in)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, errMount) {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, ErrInvalidMount) {
 					t.Fatalf("error = %v, want an invalid-mount error containing %q", err, tt.wantErr)
 				}
 				return

@@ -123,3 +123,21 @@ func TestMountsAndHostname(t *testing.T) {
 		t.Error("the mount leaked into the host's namespace")
 	}
 }
+
+// In a user namespace where setgroups is denied (the runner's, for a caller
+// who is not root, which an agent under the test double shares), the agent
+// still runs processes: it keeps its groups instead of failing.
+func TestRunWhereSetgroupsIsDenied(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("needs unshare(1)")
+	}
+	if err := exec.Command(unshare, "--user", "--map-root-user", "true").Run(); err != nil {
+		t.Skipf("no user namespaces here: %v", err)
+	}
+	c, _ := newTestClient(t, nil, agenttest.WithWrapper(unshare, "--user", "--map-root-user", "--"))
+	out, err := c.Output(testContext(t), "sh", "-c", "cat /proc/self/setgroups; id -u")
+	if err != nil || string(out) != "deny\n0\n" {
+		t.Fatalf("run with setgroups denied: %q, %v", out, err)
+	}
+}

@@ -2,7 +2,6 @@ package hostapi
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,11 +115,12 @@ func (s *Sandbox) Created() time.Time { return s.rec.Created }
 // ImageInfo describes the image a sandbox was made from.
 type ImageInfo struct {
 	// Ref is the reference as given; Name its normalized form.
-	Ref, Name string
+	Ref  string `json:"ref"`
+	Name string `json:"name"`
 	// Digest is the image manifest's digest.
-	Digest   string
-	Platform string
-	Config   oci.ImageConfig
+	Digest   string          `json:"digest"`
+	Platform string          `json:"platform"`
+	Config   oci.ImageConfig `json:"config"`
 }
 
 // Image describes the sandbox's image.
@@ -155,8 +155,10 @@ func (s *Sandbox) lock(ctx context.Context) (func(), error) {
 
 // Start boots the sandbox's VM, if it does not run yet, and waits until its
 // guest agent answers. Concurrent starts of one sandbox, from any process,
-// start one VM. A start that fails says why: the runner's exit status and
-// log, the console's last lines, the mounts the guest could not make.
+// start one VM. A start that fails says why: what this host lacks to run
+// VMs at all (a *vmm.PreflightError: no KVM, no libkrun), or the runner's
+// exit status and log, the console's last lines, the mounts the guest
+// could not make.
 func (s *Sandbox) Start(ctx context.Context) error {
 	unlock, err := s.lock(ctx)
 	if err != nil {
@@ -184,7 +186,7 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	if _, err := vmm.Start(ctx, s.dir, spec); err != nil {
-		return fmt.Errorf("start %s: %w", s.name, err)
+		return fmt.Errorf("start %s: %w", s.name, s.diagnose(ctx, err))
 	}
 	info, err := s.waitReady(ctx, vm)
 	if err == nil {
@@ -195,9 +197,44 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		vm.Stop(sctx, time.Second)
+		var de *DeadError
+		if errors.As(err, &de) {
+			err = s.diagnose(ctx, err)
+		}
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	return nil
+}
+
+// diagnose explains a VM that could not boot: by what this host lacks
+// (Host.Preflight's error, with its fix) when something is missing, else
+// by err. Checking only after a failure keeps the probe, a process start,
+// off the path of every start.
+func (s *Sandbox) diagnose(ctx context.Context, err error) error {
+	if perr := s.host.Preflight(ctx); perr != nil {
+		return &hostError{lacks: perr, boot: err}
+	}
+	return err
+}
+
+// hostError is a VM that could not boot on a host that lacks what VMs
+// need. It reads as the lack, with its fix (Hint), and wraps both that
+// error (a *vmm.PreflightError) and the boot's (a *vmm.StartError or a
+// *DeadError), for errors.As.
+type hostError struct {
+	lacks, boot error
+}
+
+func (e *hostError) Error() string   { return e.lacks.Error() }
+func (e *hostError) Unwrap() []error { return []error{e.lacks, e.boot} }
+
+// Hint says how to fix what the host lacks.
+func (e *hostError) Hint() string {
+	var h interface{ Hint() string }
+	if errors.As(e.lacks, &h) {
+		return h.Hint()
+	}
+	return ""
 }
 
 // mountErrors reports the mounts the guest agent could not make.
@@ -234,7 +271,7 @@ func (s *Sandbox) waitReady(ctx context.Context, vm *vmm.VM) (*AgentInfo, error)
 			return nil, &NotReadyError{Name: s.name, Err: fmt.Errorf("the guest agent did not answer within %v: %w", s.host.startTimeout, err), Console: s.consoleTail()}
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 20*time.Millisecond)
+		delay = min(2*delay, 5*time.Millisecond)
 	}
 }
 
@@ -284,9 +321,60 @@ func (e *DeadError) Error() string {
 	return msg
 }
 
+// Unwrap returns ErrNotRunning.
+func (e *DeadError) Unwrap() error { return ErrNotRunning }
+
 // Hint says what to do.
 func (e *DeadError) Hint() string {
 	return fmt.Sprintf("see 'krunbox logs %s' and 'krunbox doctor'", e.Name)
+}
+
+// ErrNotRunning is wrapped by the errors reporting a sandbox whose VM does
+// not run: *NotRunningError and *DeadError.
+var ErrNotRunning = errors.New("sandbox is not running")
+
+// NotRunningError reports a sandbox that was never started or was stopped.
+type NotRunningError struct {
+	Name string
+	// State is StateCreated or StateStopped.
+	State State
+}
+
+func (e *NotRunningError) Error() string {
+	if e.State == StateCreated {
+		return fmt.Sprintf("sandbox %s is not running: it was never started", e.Name)
+	}
+	return fmt.Sprintf("sandbox %s is not running: it was stopped", e.Name)
+}
+
+// Unwrap returns ErrNotRunning.
+func (e *NotRunningError) Unwrap() error { return ErrNotRunning }
+
+// Hint says what to do.
+func (e *NotRunningError) Hint() string {
+	return fmt.Sprintf("start it with 'krunbox start %s'", e.Name)
+}
+
+// CheckReady returns nil when the sandbox's guest agent answers, and
+// otherwise says why not: a *NotRunningError for a sandbox never started or
+// stopped, a *DeadError (with how its VM ended and the console's last
+// lines) for one whose VM ended on its own or was killed, a *NotReadyError
+// for one whose VM runs but whose agent does not answer. Use it to explain
+// a failed call of the sandbox's Client.
+func (s *Sandbox) CheckReady(ctx context.Context) error {
+	st, err := s.Status(ctx)
+	if err != nil {
+		return err
+	}
+	switch st.State {
+	case StateRunning:
+		return nil
+	case StateCreated, StateStopped:
+		return &NotRunningError{Name: s.name, State: st.State}
+	case StateDead:
+		return s.deathError(vmm.Open(s.dir))
+	}
+	return &NotReadyError{Name: s.name, Err: errors.New(st.Reason), Console: s.consoleTail()}
 }
 
 func (s *Sandbox) deathError(vm *vmm.VM) error {
@@ -400,6 +488,11 @@ func (s *Sandbox) imageTree(ctx context.Context) (string, error) {
 	if !errors.Is(err, oci.ErrNotFound) {
 		return root, err
 	}
+	// Not before the host is known to run VMs: nothing is pulled for a VM
+	// that cannot start.
+	if err := s.host.Preflight(ctx); err != nil {
+		return "", err
+	}
 	img, perr := s.host.pull(ctx, Config{Image: s.rec.Image.Ref, PullPolicy: oci.PullIfMissing, Platform: s.rec.Image.Platform})
 	if perr != nil {
 		return "", fmt.Errorf("the image of %s is no longer cached, and pulling it again failed: %w", s.name, perr)
@@ -454,15 +547,23 @@ func (h *Host) agentFile(arch string) (string, error) {
 	if bin.Path != "" {
 		return bin.Path, nil
 	}
+	digest, err := bin.Digest()
+	if err != nil {
+		return "", fmt.Errorf("guest agent: %w", err)
+	}
 	dir := filepath.Join(h.dirs.Cache, "agent")
-	path := filepath.Join(dir, fmt.Sprintf("%x", sha256.Sum256(bin.Data)))
-	if _, err := os.Stat(path); err == nil {
+	path := filepath.Join(dir, digest)
+	if fi, err := os.Stat(path); err == nil && fi.Size() == bin.Size {
 		return path, nil
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
+	data, err := bin.Data()
+	if err == nil {
+		err = os.MkdirAll(dir, 0o700)
 	}
-	if err := writeFileAtomic(path, bin.Data, 0o755); err != nil {
+	if err == nil {
+		err = writeFileAtomic(path, data, 0o755)
+	}
+	if err != nil {
 		return "", fmt.Errorf("guest agent: %w", err)
 	}
 	return path, nil
@@ -512,6 +613,10 @@ func (s *Sandbox) stop(ctx context.Context) error {
 // Remove stops the sandbox if it runs and deletes it: its writable layer,
 // logs and state. The image stays in the cache.
 func (s *Sandbox) Remove(ctx context.Context) error {
+	if _, err := os.Stat(s.dir); errors.Is(err, fs.ErrNotExist) {
+		s.host.emptyTrash()
+		return fmt.Errorf("remove %s: %w", s.name, ErrNotFound)
+	}
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return err
@@ -538,6 +643,17 @@ func (s *Sandbox) Remove(ctx context.Context) error {
 		return fmt.Errorf("remove %s: %w", s.name, err)
 	}
 	return s.host.emptyTrash()
+}
+
+// Remove removes the sandbox called name as Sandbox.Remove does, also when
+// its record is damaged or missing: it completes what an interrupted
+// create or removal left. It returns an error wrapping ErrNotFound when
+// there is no such sandbox.
+func (h *Host) Remove(ctx context.Context, name string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	return h.open(name, nil).Remove(ctx)
 }
 
 // emptyTrash deletes removed sandboxes, including what an interrupted

@@ -20,7 +20,7 @@ import (
 // testHost returns a Host on fresh directories that runs VMs on the libkrun
 // test double with the agent built by TestMain, and the reference of a
 // busybox image served on 127.0.0.1.
-func testHost(t *testing.T, opts ...HostOption) (*Host, string) {
+func testHost(t testing.TB, opts ...HostOption) (*Host, string) {
 	t.Helper()
 	if err := vmm.CheckNamespaces(); err != nil {
 		t.Skipf("the libkrun test double needs namespaces: %v", err)
@@ -38,7 +38,7 @@ func testHost(t *testing.T, opts ...HostOption) (*Host, string) {
 }
 
 // started creates and starts a sandbox, removed when the test ends.
-func started(t *testing.T, h *Host, cfg Config) *Sandbox {
+func started(t testing.TB, h *Host, cfg Config) *Sandbox {
 	t.Helper()
 	sb, err := h.Create(t.Context(), cfg)
 	if err != nil {
@@ -321,5 +321,104 @@ func TestGuestEnv(t *testing.T) {
 	}
 	if got := guestEnv(nil, nil); len(got) != 1 || !strings.HasPrefix(got[0], "PATH=/usr/local/sbin:") {
 		t.Errorf("guestEnv without PATH = %v", got)
+	}
+}
+
+func TestCheckReadySaysWhy(t *testing.T) {
+	h, ref := testHost(t)
+	ctx := t.Context()
+	sb, err := h.Create(ctx, Config{Name: "why", Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Remove(context.Background()) })
+	var nr *NotRunningError
+	if err := sb.CheckReady(ctx); !errors.As(err, &nr) || nr.State != StateCreated || !errors.Is(err, ErrNotRunning) ||
+		!strings.Contains(nr.Hint(), "krunbox start why") {
+		t.Errorf("never started: %v", err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.CheckReady(ctx); err != nil {
+		t.Errorf("running: %v", err)
+	}
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.CheckReady(ctx); !errors.As(err, &nr) || nr.State != StateStopped {
+		t.Errorf("stopped: %v", err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := vmm.Open(sb.Dir()).Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	sb.Wait(wctx)
+	var de *DeadError
+	if err := sb.CheckReady(ctx); !errors.As(err, &de) || !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "SIGKILL") {
+		t.Errorf("killed: %v, want a DeadError saying SIGKILL", err)
+	}
+}
+
+func TestHostRemoveCompletesDamagedSandboxes(t *testing.T) {
+	h, ref := testHost(t)
+	ctx := t.Context()
+	sb := started(t, h, Config{Name: "broken", Image: ref})
+	// A damaged record: Get fails, Host.Remove still stops and removes.
+	if err := os.WriteFile(filepath.Join(sb.Dir(), "sandbox.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Get("broken"); err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of a damaged sandbox: %v", err)
+	}
+	if err := h.Remove(ctx, "broken"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := vmm.Open(sb.Dir()).State(); st == vmm.StateRunning {
+		t.Error("the damaged sandbox's VM still runs")
+	}
+	if _, err := os.Stat(sb.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("directory left: %v", err)
+	}
+	// What an interrupted removal left in the trash goes with the next.
+	left := filepath.Join(h.Dirs().State, "trash", "x-1", "sandbox")
+	os.MkdirAll(filepath.Join(left, "upper"), 0o700)
+	os.Chmod(filepath.Join(left, "upper"), 0) // as overlayfs leaves its work directory
+	if err := h.Remove(ctx, "broken"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("removing it again: %v, want ErrNotFound", err)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("trash left: %v", err)
+	}
+	if err := h.Remove(ctx, "../x"); err == nil {
+		t.Error("Remove accepted a bad name")
+	}
+}
+
+// A host without what VMs need: Start says what is missing, with its fix,
+// and the errors of both the check and the boot can be told apart.
+func TestStartOnAHostWithoutLibkrun(t *testing.T) {
+	h, ref := testHost(t, WithLibkrun("/nonexistent/libkrun.so.1"))
+	sb, err := h.Create(t.Context(), Config{Name: "nolib", Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Remove(context.Background()) })
+	err = sb.Start(t.Context())
+	var pe *vmm.PreflightError
+	var se *vmm.StartError
+	var h2 interface{ Hint() string }
+	if !errors.As(err, &pe) || !errors.As(err, &se) || !errors.As(err, &h2) {
+		t.Fatalf("start without libkrun: %v (%T); want it to wrap a PreflightError and the runner's StartError", err, err)
+	}
+	if !strings.Contains(err.Error(), "cannot start VMs on this host") || !strings.Contains(h2.Hint(), "install libkrun") {
+		t.Errorf("start without libkrun: %q, hint %q", err, h2.Hint())
+	}
+	if st, _ := sb.Status(t.Context()); st.State == StateRunning {
+		t.Error("a VM runs after a failed start")
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -29,8 +30,8 @@ how to fix it. doctor exits with 1 when "krunbox run" cannot work.
 libkrun is loaded in a separate process, so a library that crashes cannot
 take doctor down. KRUNBOX_LIBKRUN names the libkrun file to check.`,
 		Args: noArgs,
-		RunE: func(*cobra.Command, []string) error {
-			if !doctor(s.out) {
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !doctor(cmd.Context(), s.out) {
 				return exitStatus(1)
 			}
 			return nil
@@ -73,7 +74,7 @@ func hintOf(err error) string {
 
 // doctor runs every check, printing one line each, and reports whether
 // "krunbox run" can work.
-func doctor(w io.Writer) bool {
+func doctor(ctx context.Context, w io.Writer) bool {
 	c := &checkList{w: w}
 
 	platform := runtime.GOOS + "/" + runtime.GOARCH
@@ -85,11 +86,8 @@ func doctor(w io.Writer) bool {
 	}
 
 	// The library first: the test double needs no hypervisor.
-	probe, probeErr := vmm.Probe("")
-	kvm := "/dev/kvm"
-	if d := os.Getenv(vmm.KVMDeviceEnv); d != "" {
-		kvm = d
-	}
+	probe, probeErr := vmm.Probe(ctx, "")
+	kvm, _ := vmm.KVMDevice()
 	if err := vmm.CheckHypervisor(kvm); err != nil {
 		double := probeErr == nil && probe.TestDouble
 		if double {

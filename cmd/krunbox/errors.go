@@ -25,6 +25,16 @@ type exitStatus int
 
 func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
+// codedError is reported like any error ("krunbox: ..." and its hint) but
+// exits with its own code: a command the guest could not run (126, 127).
+type codedError struct {
+	err  error
+	code int
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
 // hinter is implemented by errors that carry advice for the user. Any error
 // in a wrapped chain may implement it; the outermost hint wins.
 type hinter interface {
@@ -71,6 +81,10 @@ func report(w io.Writer, err error) int {
 	var h hinter
 	if errors.As(err, &h) && h.Hint() != "" {
 		fmt.Fprintf(w, "hint: %s\n", h.Hint())
+	}
+	var ce *codedError
+	if errors.As(err, &ce) {
+		return ce.code
 	}
 	return ExitKrunbox
 }

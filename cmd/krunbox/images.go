@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -46,9 +45,7 @@ func newImagesCmd(s *streams) *cobra.Command {
 						Pulled: img.Pulled, Rootfs: img.Rootfs,
 					})
 				}
-				enc := json.NewEncoder(s.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return printJSON(s.out, out)
 			}
 			tw := tabwriter.NewWriter(s.out, 0, 4, 3, ' ', 0)
 			fmt.Fprintln(tw, "REPOSITORY\tTAG\tDIGEST\tPLATFORM\tSIZE\tPULLED")

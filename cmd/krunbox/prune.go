@@ -6,13 +6,14 @@ func newPruneCmd(s *streams) *cobra.Command {
 	return &cobra.Command{
 		Use:   "prune",
 		Short: "Delete cached blobs and root file systems no image uses",
+		Long:  "Delete cached blobs and root file systems no image uses. The images sandboxes\nwere made from, and what they need, are kept.",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := openImageStore()
+			store, inUse, err := openImageStoreInUse()
 			if err != nil {
 				return err
 			}
-			freed, err := store.Prune(cmd.Context(), nil)
+			freed, err := store.Prune(cmd.Context(), inUse)
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/krunbox/krunbox/hostapi"
 	"github.com/krunbox/krunbox/oci"
 )
 
@@ -14,7 +15,9 @@ func newRmiCmd(s *streams) *cobra.Command {
 		Use:   "rmi REF|DIGEST...",
 		Short: "Remove images from the image cache",
 		Long: "Remove images, by reference or by (at least 12 hex digits of) digest, and the\n" +
-			"flattened trees and blobs no other image uses.",
+			"flattened trees and blobs no other image uses. The tree of an image a sandbox\n" +
+			"was made from is kept, so the sandbox keeps working; 'krunbox prune' frees it\n" +
+			"once no sandbox uses it.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return exactArgs(1, "an image reference")(cmd, args)
@@ -22,13 +25,13 @@ func newRmiCmd(s *streams) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := openImageStore()
+			store, inUse, err := openImageStoreInUse()
 			if err != nil {
 				return err
 			}
 			var total oci.Freed
 			for _, ref := range args {
-				freed, err := store.Remove(cmd.Context(), ref, nil)
+				freed, err := store.Remove(cmd.Context(), ref, inUse)
 				if err != nil {
 					return err
 				}
@@ -51,4 +54,19 @@ func printFreed(w io.Writer, f oci.Freed) error {
 	}
 	_, err := fmt.Fprintf(w, "Freed %s: %d root file systems, %d blobs\n", humanSize(f.Bytes), len(f.Trees), f.Blobs)
 	return err
+}
+
+// openImageStoreInUse opens the image cache and says which images the
+// sandboxes use, so that rmi and prune keep them.
+func openImageStoreInUse() (*oci.Store, oci.InUse, error) {
+	h, err := hostapi.NewHost()
+	if err != nil {
+		return nil, nil, err
+	}
+	inUse, err := h.ImagesInUse()
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := h.Images()
+	return store, inUse, err
 }

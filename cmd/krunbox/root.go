@@ -74,6 +74,17 @@ func newRootCmd(s *streams) *cobra.Command {
 
 	root.AddCommand(
 		newVersionCmd(s),
+		newRunCmd(s),
+		newCreateCmd(s),
+		newStartCmd(s),
+		newExecCmd(s),
+		newStopCmd(s),
+		newRmCmd(s),
+		newLsCmd(s),
+		newLogsCmd(s),
+		newInspectCmd(s),
+		newCpCmd(s),
+		newConfigCmd(s),
 		newPullCmd(s),
 		newImagesCmd(s),
 		newExportCmd(s),
@@ -106,6 +117,16 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return &usageError{err: fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
 	}
 	return nil
+}
+
+// minArgs requires at least n positional arguments, named in the message.
+func minArgs(n int, names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return &usageError{err: fmt.Errorf("%s needs %s", cmd.CommandPath(), strings.Join(names, " and "))}
+		}
+		return nil
+	}
 }
 
 // exactArgs requires n positional arguments, named in the message.

@@ -423,6 +423,41 @@ static void reset_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+/* A booted init has the environment the kernel gave it, not its VMM's.
+ * This process, forked from the VMM, still holds the VMM's environment
+ * where the kernel shows it (/proc/<pid>/environ, the area between
+ * env_start and env_end, fields 50 and 51 of /proc/self/stat): blank it,
+ * so that the guest cannot read the host environment there. The VMM's own
+ * copy of it stays untouched. */
+static void forget_vmm_environment(void)
+{
+	char buf[4096];
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		die_setup("open", "/proc/self/stat");
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		die_setup("read", "/proc/self/stat");
+	buf[n] = 0;
+	/* Fields from the third on follow the last ')' (the command may hold
+	 * spaces and parentheses). */
+	char *f = strrchr(buf, ')');
+	unsigned long env_start = 0, env_end = 0;
+	for (int field = 2; f && field < 51; field++) {
+		f = strchr(f + 1, ' ');
+		if (f && field == 49)
+			env_start = strtoul(f + 1, NULL, 10);
+		if (f && field == 50)
+			env_end = strtoul(f + 1, NULL, 10);
+	}
+	if (env_start == 0 || env_end <= env_start) {
+		errno = EINVAL;
+		die_setup("find the environment in", "/proc/self/stat");
+	}
+	memset((void *)env_start, 0, env_end - env_start);
+}
+
 static void guest_init(struct plan *p)
 {
 	const struct tk_ctx *c = p->c;
@@ -440,6 +475,7 @@ static void guest_init(struct plan *p)
 	if (poll(&alive, 1, 0) > 0 && (alive.revents & (POLLHUP | POLLERR)))
 		_exit(EXIT_SETUP);
 	reset_signals();
+	forget_vmm_environment();
 	if (p->new_user) {
 		char b;
 		if (read(p->uidmap_fd, &b, 1) != 1) /* the VMM wrote our id maps */

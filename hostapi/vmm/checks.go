@@ -1,13 +1,17 @@
 package vmm
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/krunbox/krunbox/hostapi/internal/agentbin"
+	"github.com/krunbox/krunbox/krun"
 )
 
 // roleNamespaces exits at once: CheckNamespaces starts it with the
@@ -64,5 +68,81 @@ func AgentSource(arch string) (source string, size int, err error) {
 	if err != nil {
 		return "", 0, err
 	}
-	return b.Source, len(b.Data), nil
+	return b.Source, int(b.Size), nil
+}
+
+// KVMDevice returns the KVM device the runner checks before it loads
+// libkrun: /dev/kvm, or the file KVMDeviceEnv names, which is then checked
+// even under the test double (forced).
+func KVMDevice() (dev string, forced bool) {
+	if d := os.Getenv(KVMDeviceEnv); d != "" {
+		return d, true
+	}
+	return "/dev/kvm", false
+}
+
+// PreflightError says why VMs cannot start on this host, before anything
+// was pulled or started.
+type PreflightError struct {
+	// Problems are what is missing, in the order checked.
+	Problems []error
+	hint     string
+}
+
+func (e *PreflightError) Error() string {
+	msgs := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		msgs[i] = p.Error()
+	}
+	return "cannot start VMs on this host: " + strings.Join(msgs, "; ")
+}
+
+// Unwrap returns the problems, for errors.Is and errors.As.
+func (e *PreflightError) Unwrap() []error { return e.Problems }
+
+// Hint says how to fix the first problem and where to look for more.
+func (e *PreflightError) Hint() string { return e.hint }
+
+// Preflight checks what the runner needs to start a VM with the library
+// lib (empty: the default search, KRUNBOX_LIBKRUN first), as the runner
+// itself will: that libkrun loads (in a child process, see [Probe]), that
+// libkrunfw, which holds the guest kernel, loads too, and that the
+// hypervisor can be used, unless the library is krunbox's test double. It
+// returns nil or a [*PreflightError].
+func Preflight(ctx context.Context, lib string) error {
+	var problems []error
+	var hints []string
+	add := func(err error, hint string) {
+		problems = append(problems, err)
+		if hint != "" {
+			hints = append(hints, hint)
+		}
+	}
+	r, err := Probe(ctx, lib)
+	double := err == nil && r.LoadErr == "" && r.TestDouble
+	dev, forced := KVMDevice()
+	if !double || forced {
+		if err := CheckHypervisor(dev); err != nil {
+			hint := ""
+			if he := (*HypervisorError)(nil); errors.As(err, &he) {
+				hint = he.Hint()
+			}
+			add(err, hint)
+		}
+	}
+	switch {
+	case err != nil:
+		add(err, "the library crashed while being loaded: reinstall libkrun, or point "+krun.LibraryEnv+" at a working one")
+	case r.LoadErr != "":
+		add(errors.New(r.LoadErr), (&krun.LoadError{}).Hint())
+	case r.KrunfwErr != "" && !double:
+		add(fmt.Errorf("load libkrunfw: %s", r.KrunfwErr), "install libkrunfw, which holds the guest kernel libkrun boots")
+	case r.ContextErr != "" && len(r.Missing) == 0:
+		add(fmt.Errorf("libkrun %s refused a sandbox's configuration: %s", r.Library, r.ContextErr), "")
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	hints = append(hints, "'krunbox doctor' checks everything")
+	return &PreflightError{Problems: problems, hint: strings.Join(hints, "; ")}
 }

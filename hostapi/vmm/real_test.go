@@ -30,7 +30,7 @@ func TestRealLibkrun(t *testing.T) {
 	if err := CheckHypervisor("/dev/kvm"); err != nil {
 		t.Skipf("SKIP real-libkrun suite: %v", err)
 	}
-	r, err := Probe(os.Getenv(krun.LibraryEnv))
+	r, err := Probe(t.Context(), os.Getenv(krun.LibraryEnv))
 	switch {
 	case err != nil:
 		t.Skipf("SKIP real-libkrun suite: %v", err)

@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,10 +87,7 @@ func runnerMain(dir string) int {
 
 	// libkrun aborts the process without KVM, so check first; only the
 	// test double, which exports a marker, runs without it.
-	dev, forced := os.LookupEnv(KVMDeviceEnv)
-	if !forced {
-		dev = "/dev/kvm"
-	}
+	dev, forced := KVMDevice()
 	kvmErr := checkHypervisor(dev)
 	lib, err := krun.Open(spec.Library)
 	if kvmErr != nil && (forced || err != nil || !lib.IsTestDouble()) {
@@ -393,15 +391,24 @@ func probeContext(lib *krun.Library) error {
 
 // Probe loads libkrun in a child process (path, or the default search when
 // empty), so that a library that aborts cannot take the caller down, and
-// reports what it found.
-func Probe(path string) (*ProbeReport, error) {
+// reports what it found. Cancelling ctx kills the child.
+func Probe(ctx context.Context, path string) (*ProbeReport, error) {
 	if path == "" {
 		path = "-"
 	}
 	cmd := selfCommand(roleProbe, path)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("probe libkrun: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
+	err := cmd.Wait()
+	stop()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("probe libkrun: %w", ctx.Err())
+	}
+	if err != nil {
 		return nil, fmt.Errorf("probe libkrun: %s", crashSummary(err, errOut.String()))
 	}
 	var r ProbeReport

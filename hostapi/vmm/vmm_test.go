@@ -757,23 +757,72 @@ func TestSharesUnderTheDouble(t *testing.T) {
 
 func TestProbe(t *testing.T) {
 	skipIfReal(t)
-	r, err := Probe(testkrun.Library(t))
+	r, err := Probe(t.Context(), testkrun.Library(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !r.TestDouble || r.LoadErr != "" || r.ContextErr != "" || len(r.Missing) != 0 || len(r.Features) != 12 {
 		t.Errorf("probe of the double: %+v", r)
 	}
-	legacy, err := Probe(testkrun.Build(t, "-DTESTKRUN_LEGACY"))
+	legacy, err := Probe(t.Context(), testkrun.Build(t, "-DTESTKRUN_LEGACY"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(strings.Join(legacy.Missing, " "), "krun_add_virtiofs3") || !strings.Contains(legacy.ContextErr, "needs libkrun 1.1") {
 		t.Errorf("probe of a pre-1.17 library: %+v", legacy)
 	}
-	missing, err := Probe("/nonexistent/libkrun.so.1")
+	missing, err := Probe(t.Context(), "/nonexistent/libkrun.so.1")
 	if err != nil || !strings.Contains(missing.LoadErr, "/nonexistent/libkrun.so.1") {
 		t.Errorf("probe of a missing library: %+v, %v", missing, err)
+	}
+}
+
+func TestPreflight(t *testing.T) {
+	skipIfReal(t)
+	double := testkrun.Library(t)
+	kvm := filepath.Join(t.TempDir(), "kvm") // a stand-in device that opens
+	os.WriteFile(kvm, nil, 0o600)
+	for _, tc := range []struct {
+		name, lib, kvm string
+		want, hint     []string // empty want: no error
+	}{
+		{"the double needs no KVM", double, "", nil, nil},
+		{"a device forced and present", double, kvm, nil, nil},
+		{"a device forced and missing", double, "/nonexistent/kvm", []string{"cannot start VMs on this host", "cannot use KVM"}, []string{"no /nonexistent/kvm", "'krunbox doctor'"}},
+		{"no libkrun", "/nonexistent/libkrun.so.1", kvm, []string{"load libkrun", "/nonexistent/libkrun.so.1"}, []string{"install libkrun", "'krunbox doctor'"}},
+		{"no libkrun and no KVM", "/nonexistent/libkrun.so.1", "/nonexistent/kvm", []string{"cannot use KVM", "load libkrun"}, []string{"no /nonexistent/kvm", "install libkrun"}},
+		{"a library that aborts", testkrun.AbortingLibrary(t), kvm, []string{"SIGABRT"}, []string{"reinstall libkrun"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(KVMDeviceEnv, tc.kvm)
+			t.Setenv("TMPDIR", t.TempDir()) // an aborted probe cannot clean up
+			err := Preflight(t.Context(), tc.lib)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Preflight: %v", err)
+				}
+				return
+			}
+			var pe *PreflightError
+			if !errors.As(err, &pe) {
+				t.Fatalf("Preflight: %v, want a *PreflightError", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			for _, w := range tc.hint {
+				if !strings.Contains(pe.Hint(), w) {
+					t.Errorf("hint %q lacks %q", pe.Hint(), w)
+				}
+			}
+		})
+	}
+	var he *HypervisorError
+	t.Setenv(KVMDeviceEnv, "/nonexistent/kvm")
+	if err := Preflight(t.Context(), double); !errors.As(err, &he) {
+		t.Errorf("Preflight without KVM: %v, want it to wrap a *HypervisorError", err)
 	}
 }
 
@@ -781,7 +830,7 @@ func TestProbe(t *testing.T) {
 func TestProbeSurvivesAnAbortingLibrary(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir()) // the aborted probe cannot clean up
 	lib := testkrun.AbortingLibrary(t)
-	_, err := Probe(lib)
+	_, err := Probe(t.Context(), lib)
 	if err == nil || !strings.Contains(err.Error(), "SIGABRT") {
 		t.Fatalf("probe of an aborting library: %v, want an error reporting the abort", err)
 	}

@@ -220,6 +220,21 @@ func fileValue(v any) (string, error) {
 	}
 }
 
+// Set overrides one setting with value, read as an environment variable's
+// value is, and records source as where it came from: the layer above the
+// environment, such as a command-line flag ("flag --cpus").
+func (c *Config) Set(key, value, source string) error {
+	i := slices.IndexFunc(settings, func(s setting) bool { return s.key == key })
+	if i < 0 {
+		return fmt.Errorf("unknown configuration key %q (known: %s)", key, strings.Join(Keys(), ", "))
+	}
+	if err := settings[i].set(c, strings.TrimSpace(value)); err != nil {
+		return fmt.Errorf("%s: %w", source, err)
+	}
+	c.sources[key] = source
+	return nil
+}
+
 // Keys lists the configuration keys.
 func Keys() []string {
 	keys := make([]string, len(settings))

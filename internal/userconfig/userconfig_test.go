@@ -132,3 +132,24 @@ func TestParseMemory(t *testing.T) {
 		}
 	}
 }
+
+func TestSetOverridesEveryLayer(t *testing.T) {
+	dir := writeConfig(t, "cpus = 4\n")
+	c, err := Load(dir, env(map[string]string{"KRUNBOX_CPUS": "8"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set("cpus", "3", "flag --cpus"); err != nil {
+		t.Fatal(err)
+	}
+	if c.CPUs != 3 || source(c, "cpus") != "flag --cpus" {
+		t.Errorf("after Set: cpus %d from %q", c.CPUs, source(c, "cpus"))
+	}
+	err = c.Set("cpus", "0", "flag --cpus")
+	if err == nil || !strings.Contains(err.Error(), "flag --cpus") || c.CPUs != 3 {
+		t.Errorf("bad value: %v, cpus %d; want an error naming the flag and the value kept", err, c.CPUs)
+	}
+	if err := c.Set("no_such_key", "1", "flag"); err == nil || !strings.Contains(err.Error(), "unknown configuration key") {
+		t.Errorf("unknown key: %v", err)
+	}
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/krunbox/krunbox/hostapi"
+	"github.com/krunbox/krunbox/hostapi/vmm"
+)
+
+// inspectJSON is what `krunbox inspect` prints.
+type inspectJSON struct {
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
+	// Config is the configuration, with defaults applied.
+	Config hostapi.Config `json:"config"`
+	// Mounts are the resolved shares: the workspace, the git directories it
+	// needs, then the configured mounts.
+	Mounts []hostapi.Mount   `json:"mounts"`
+	Image  hostapi.ImageInfo `json:"image"`
+	Status *hostapi.Status   `json:"status"`
+	Paths  inspectPathsJSON  `json:"paths"`
+}
+
+type inspectPathsJSON struct {
+	Dir       string `json:"dir"`
+	Socket    string `json:"socket"`
+	Console   string `json:"console"`
+	RunnerLog string `json:"runner_log"`
+}
+
+func newInspectCmd(s *streams) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect NAME",
+		Short: "Print a sandbox's configuration, image, state and paths as JSON",
+		Args:  exactArgs(1, "a sandbox name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sb, err := openSandbox(args[0])
+			if err != nil {
+				return err
+			}
+			st, err := sb.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := inspectJSON{
+				Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Status: st,
+				Paths: inspectPathsJSON{
+					Dir: sb.Dir(), Socket: sb.SocketPath(), Console: sb.ConsolePath(),
+					RunnerLog: filepath.Join(sb.Dir(), vmm.LogFile),
+				},
+			}
+			return printJSON(s.out, out)
+		},
+	}
+}

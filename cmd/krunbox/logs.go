@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/krunbox/krunbox/hostapi"
+	"github.com/krunbox/krunbox/hostapi/vmm"
+)
+
+// followPoll is how often logs -f looks for more console output.
+const followPoll = 100 * time.Millisecond
+
+func newLogsCmd(s *streams) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs [-f] NAME",
+		Short: "Print a sandbox's console log",
+		Long: `logs prints the console of the sandbox's last boot: the kernel's and init's
+messages and what the guest agent logs (mounts, failures). With -f it keeps
+printing what comes until the VM stops.`,
+		Args: exactArgs(1, "a sandbox name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sb, err := openSandbox(args[0])
+			if err != nil {
+				return err
+			}
+			if follow {
+				return followLogs(cmd.Context(), sb, s.out)
+			}
+			f, err := sb.Logs()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // never started: no console yet
+			}
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.Copy(s.out, f)
+			return err
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the VM stops")
+	return cmd
+}
+
+// followLogs copies the console log to w as it grows, until the VM is not
+// running and everything it wrote has been copied, or ctx ends. A console
+// started again (a new boot truncates it) is followed from its start.
+func followLogs(ctx context.Context, sb *hostapi.Sandbox, w io.Writer) error {
+	vm := vmm.Open(sb.Dir())
+	var offset int64
+	tick := time.NewTicker(followPoll)
+	defer tick.Stop()
+	for {
+		// The state first: output written before the VM stopped is
+		// copied in this round.
+		st, err := vm.State()
+		if err != nil {
+			return err
+		}
+		if offset, err = copyFrom(sb.ConsolePath(), offset, w); err != nil {
+			return err
+		}
+		if st != vmm.StateRunning {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// copyFrom copies what path holds past offset to w and returns the new
+// offset; a file shorter than offset is copied from its start.
+func copyFrom(path string, offset int64, w io.Writer) (int64, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return offset, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() < offset {
+		offset = 0
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return offset, err
+	}
+	n, err := io.Copy(w, f)
+	return offset + n, err
+}

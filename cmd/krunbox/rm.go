@@ -1,0 +1,56 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/krunbox/krunbox/hostapi"
+)
+
+func newRmCmd(s *streams) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "rm [-f] NAME...",
+		Short: "Remove sandboxes",
+		Long: `rm deletes each sandbox: its writable root file system, logs and state. The
+image stays cached and shared directories are not touched. A running
+sandbox is refused unless -f, which stops it first. rm completes what an
+interrupted removal left, and removes a sandbox whose state is damaged
+with -f.`,
+		Args: minArgs(1, "a sandbox name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			h, err := hostapi.NewHost(hostapi.WithStopTimeout(configuredStopTimeout(s)))
+			if err != nil {
+				return err
+			}
+			for _, name := range args {
+				sb, err := h.Get(name)
+				switch {
+				case errors.Is(err, hostapi.ErrNotFound):
+					return withHint(err, "'krunbox ls' lists the sandboxes")
+				case err != nil && !force:
+					return withHint(err, "'krunbox rm -f "+name+"' removes it anyway")
+				case err == nil && !force:
+					st, err := sb.Status(ctx)
+					if err != nil {
+						return err
+					}
+					switch st.State {
+					case hostapi.StateRunning, hostapi.StateStarting, hostapi.StateUnresponsive:
+						return withHint(fmt.Errorf("sandbox %s is %s", name, st.State), "stop it first, or 'krunbox rm -f "+name+"'")
+					}
+				}
+				if err := h.Remove(ctx, name); err != nil {
+					return err
+				}
+				fmt.Fprintln(s.out, name)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "stop a running sandbox first; remove a damaged one")
+	return cmd
+}

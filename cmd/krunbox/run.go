@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/krunbox/krunbox/hostapi"
+	"github.com/krunbox/krunbox/oci"
+)
+
+// adhocIdleTimeout stops an ad-hoc VM left behind by a krunbox that was
+// killed: the VM is idle once its command is gone.
+const adhocIdleTimeout = time.Minute
+
+// cleanupTimeout bounds stopping and removing a sandbox after its command.
+const cleanupTimeout = 30 * time.Second
+
+func newRunCmd(s *streams) *cobra.Command {
+	var (
+		f  sandboxFlags
+		a  attachFlags
+		rm bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run [flags] [IMAGE] [--] [CMD [ARG...]]",
+		Short: "Run a command in a new microVM",
+		Long: `run creates a sandbox from IMAGE, boots its microVM, runs CMD in it (or the
+image's entrypoint and command; CMD replaces the image's command, not its
+entrypoint), then stops the VM and, unless it is named, removes it (--rm).
+IMAGE defaults to the configured image ('krunbox config').
+
+Flags go before IMAGE: everything after it is the command. The exit code is
+the command's; 125 when krunbox itself failed, 126 when the command could
+not be executed, 127 when it was not found.
+
+Nothing of the host is reachable but what you share: -v and --workspace
+share directories live (guest writes appear on the host at once), -e passes
+environment variables (no other variable of yours is passed), --net none
+removes the network.
+
+  krunbox run alpine -- uname -a
+  krunbox run -it --workspace . alpine sh
+  krunbox run -v ~/data:/data:ro -e TOKEN --net none alpine -- ls /data`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			image, argv := splitImageCommand(cmd, args)
+			uc, _, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			cfg, err := f.config(cmd, uc, image)
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("rm") {
+				rm = f.name == ""
+			}
+			if rm && cfg.IdleTimeout == 0 {
+				cfg.IdleTimeout = adhocIdleTimeout
+			}
+			h, err := newHost(s, uc)
+			if err != nil {
+				return err
+			}
+			return runInSandbox(cmd.Context(), h, cfg, argv, rm, s, a)
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	f.register(cmd, false)
+	cmd.Flags().BoolVar(&rm, "rm", false, "remove the sandbox when the command ends (default: true unless --name is given)")
+	cmd.Flags().BoolVarP(&a.stdin, "interactive", "i", false, "stream stdin to the command")
+	cmd.Flags().BoolVarP(&a.tty, "tty", "t", false, "run the command on a terminal (with -i: raw mode, Ctrl-C goes to the guest)")
+	return cmd
+}
+
+// splitImageCommand takes IMAGE and CMD from run's arguments: IMAGE is the
+// first one unless the arguments start with "--".
+func splitImageCommand(cmd *cobra.Command, args []string) (image string, argv []string) {
+	if cmd.ArgsLenAtDash() == 0 || len(args) == 0 {
+		return "", args
+	}
+	image, argv = args[0], args[1:]
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	return image, argv
+}
+
+// runInSandbox is run: preflight, create, start, the command, then stop or
+// remove whatever happened.
+func runInSandbox(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, argv []string, rm bool, s *streams, a attachFlags) (err error) {
+	if err := cfg.Validate(); err != nil {
+		return createHint(err, cfg.Name)
+	}
+	if err := h.Preflight(ctx); err != nil {
+		return err
+	}
+	sb, err := h.Create(ctx, cfg)
+	if err != nil {
+		return createHint(err, cfg.Name)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		var cerr error
+		if rm {
+			cerr = sb.Remove(cctx)
+		} else {
+			cerr = sb.Stop(cctx)
+		}
+		switch {
+		case cerr == nil:
+		case err == nil:
+			err = cerr
+		default: // the command's outcome comes first
+			fmt.Fprintf(s.errOut, "krunbox: %v\n", cerr)
+		}
+	}()
+	if err := sb.Start(ctx); err != nil {
+		if !rm {
+			err = withHint(err, fmt.Sprintf("the sandbox %s is kept: 'krunbox logs %s' shows its console, 'krunbox rm %s' removes it", sb.Name(), sb.Name(), sb.Name()))
+		}
+		return err
+	}
+	argv = imageCommand(sb.Image().Config, argv)
+	if len(argv) == 0 {
+		return &usageError{err: fmt.Errorf("image %s has no entrypoint or command: give one after the image", cfg.Image)}
+	}
+	c := sb.Client()
+	defer c.Close()
+	code, err := attach(ctx, c, hostapi.Cmd{Args: argv}, s, a)
+	if err != nil {
+		return execError(ctx, sb, err)
+	}
+	if code != 0 {
+		return exitStatus(code)
+	}
+	return nil
+}
+
+// imageCommand is what run runs: the image's entrypoint followed by args,
+// or by the image's command when args is empty.
+func imageCommand(ic oci.ImageConfig, args []string) []string {
+	if len(args) == 0 {
+		args = ic.Cmd
+	}
+	return append(slices.Clone(ic.Entrypoint), args...)
+}
+
+// execError explains why a process could not run in sb: a command the
+// guest could not start (exit 126 or 127), or a sandbox that does not
+// answer (why: stopped, dead...).
+func execError(ctx context.Context, sb *hostapi.Sandbox, err error) error {
+	var se *hostapi.StartError
+	if errors.As(err, &se) {
+		return notStartedError(err)
+	}
+	if rerr := sb.CheckReady(context.WithoutCancel(ctx)); rerr != nil {
+		return rerr
+	}
+	return err
+}

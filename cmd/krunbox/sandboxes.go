@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/krunbox/krunbox/hostapi"
+)
+
+// getSandbox returns the sandbox called name, or an error with a hint.
+func getSandbox(h *hostapi.Host, name string) (*hostapi.Sandbox, error) {
+	sb, err := h.Get(name)
+	if errors.Is(err, hostapi.ErrNotFound) {
+		return nil, withHint(err, "'krunbox ls' lists the sandboxes")
+	}
+	return sb, err
+}
+
+// openSandbox returns the sandbox called name on the default directories.
+func openSandbox(name string) (*hostapi.Sandbox, error) {
+	h, err := hostapi.NewHost()
+	if err != nil {
+		return nil, err
+	}
+	return getSandbox(h, name)
+}
+
+// eachSandbox runs fn on the sandboxes called names, in order, printing
+// each name once done; it stops at the first error.
+func eachSandbox(h *hostapi.Host, w io.Writer, names []string, fn func(*hostapi.Sandbox) error) error {
+	for _, name := range names {
+		sb, err := getSandbox(h, name)
+		if err != nil {
+			return err
+		}
+		if err := fn(sb); err != nil {
+			return err
+		}
+		fmt.Fprintln(w, name)
+	}
+	return nil
+}
+
+// createHint adds advice to the errors of creating a sandbox.
+func createHint(err error, name string) error {
+	switch {
+	case errors.Is(err, hostapi.ErrExists):
+		return withHint(err, "choose another --name, or remove the sandbox with 'krunbox rm "+name+"'")
+	case errors.Is(err, hostapi.ErrInvalidMount):
+		return withHint(err, "-v takes HOST[:GUEST][:ro]: HOST an existing directory, GUEST an absolute path outside /proc, /sys, /dev and /.krunbox")
+	}
+	return err
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/krunbox/krunbox/hostapi"
+	"github.com/krunbox/krunbox/internal/userconfig"
+	"github.com/krunbox/krunbox/oci"
+)
+
+// loadConfig returns the user's configuration: defaults, config.toml, the
+// KRUNBOX_* environment.
+func loadConfig() (*userconfig.Config, string, error) {
+	dirs, err := hostapi.DefaultDirs()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := userconfig.Load(dirs.Config, os.LookupEnv)
+	if err != nil {
+		return nil, "", withHint(err, "fix the file or the variable; 'krunbox config' shows the keys")
+	}
+	return c, dirs.Config, nil
+}
+
+// configuredStopTimeout returns the configured stop timeout. A broken
+// configuration is a warning here, never what keeps a sandbox from being
+// stopped or removed.
+func configuredStopTimeout(s *streams) time.Duration {
+	uc, _, err := loadConfig()
+	if err != nil {
+		fmt.Fprintf(s.errOut, "krunbox: warning: %v; using the default stop timeout\n", err)
+		return userconfig.Defaults().StopTimeout
+	}
+	return uc.StopTimeout
+}
+
+// newHost returns a Host on the default directories, with the stop timeout
+// of the configuration, printing pull progress on s.errOut.
+func newHost(s *streams, uc *userconfig.Config) (*hostapi.Host, error) {
+	return hostapi.NewHost(
+		hostapi.WithStopTimeout(uc.StopTimeout),
+		hostapi.WithPullProgress(newProgressPrinter(s.errOut).print))
+}
+
+// sandboxFlags are the flags of the commands that make a sandbox (create,
+// run). Those that have a configuration key override it.
+type sandboxFlags struct {
+	name      string
+	mounts    []string
+	workspace string
+	workdir   string
+	env       []string
+	user      string
+	ports     []string
+	labels    []string
+	// configured are the flags with a configuration key.
+	configured []configFlag
+}
+
+// configFlag is a flag that overrides a configuration key.
+type configFlag struct {
+	key, flag string
+	value     *string
+}
+
+func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.name, "name", "", "name of the sandbox (default: generated)")
+	fl.StringArrayVarP(&f.mounts, "volume", "v", nil, "share a host directory: HOST[:GUEST][:ro] (GUEST defaults to the same path; -v . shares the current directory)")
+	fl.StringVar(&f.workspace, "workspace", "", "share DIR at the same absolute path and make it the working directory (with the git directories a worktree needs)")
+	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory in the guest, absolute (default: the workspace, else the image's)")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE in the guest (KEY alone takes this process's value); nothing else of the host environment is passed")
+	fl.StringVarP(&f.user, "user", "u", "", "guest user, name or uid[:gid] (default: the image's)")
+	fl.StringArrayVarP(&f.ports, "publish", "p", nil, "publish a guest TCP port on the host: HOST:GUEST (network tsi only)")
+	fl.StringArrayVar(&f.labels, "label", nil, "add a label KEY=VALUE to the sandbox")
+	add := func(key, flag, help string) {
+		f.configured = append(f.configured, configFlag{key, flag, fl.String(flag, "", help+" (config "+key+")")})
+	}
+	add("cpus", "cpus", "number of vCPUs")
+	add("memory", "memory", "guest memory, e.g. 2GiB or 512MiB")
+	add("network", "net", "network: tsi (the host's, through libkrun) or none")
+	add("pull_policy", "pull", "when to pull the image: if-missing, always or never")
+	add("platform", "platform", "image platform, e.g. linux/arm64; default: the host's")
+	if idle {
+		add("idle_timeout", "idle-timeout", "stop the VM after this long without exec or file activity, e.g. 30m; 0 never")
+	}
+}
+
+// config returns the sandbox configuration: the user's configuration with
+// the flags given over it, for image (empty: the configured image).
+func (f *sandboxFlags) config(cmd *cobra.Command, uc *userconfig.Config, image string) (hostapi.Config, error) {
+	for _, c := range f.configured {
+		if cmd.Flags().Changed(c.flag) {
+			if err := uc.Set(c.key, *c.value, "flag --"+c.flag); err != nil {
+				return hostapi.Config{}, &usageError{err: err}
+			}
+		}
+	}
+	if image == "" {
+		image = uc.Image
+	}
+	cfg := hostapi.Config{
+		Name:        f.name,
+		Image:       image,
+		PullPolicy:  oci.PullPolicy(uc.PullPolicy),
+		Platform:    uc.Platform,
+		CPUs:        uc.CPUs,
+		MemoryMiB:   uc.MemoryMiB,
+		Workspace:   f.workspace,
+		Workdir:     f.workdir,
+		User:        f.user,
+		Network:     hostapi.Network(uc.Network),
+		IdleTimeout: uc.IdleTimeout,
+		Env:         append([]string(nil), uc.Env...),
+	}
+	env, err := parseEnv(f.env)
+	if err != nil {
+		return hostapi.Config{}, err
+	}
+	cfg.Env = append(cfg.Env, env...)
+	for _, v := range f.mounts {
+		m, err := hostapi.ParseMount(v)
+		if err != nil {
+			return hostapi.Config{}, &usageError{err: err}
+		}
+		cfg.Mounts = append(cfg.Mounts, m)
+	}
+	for _, v := range f.ports {
+		p, err := hostapi.ParsePortMapping(v)
+		if err != nil {
+			return hostapi.Config{}, &usageError{err: err}
+		}
+		cfg.Ports = append(cfg.Ports, p)
+	}
+	for _, l := range f.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return hostapi.Config{}, &usageError{err: fmt.Errorf("label %q: want KEY=VALUE", l)}
+		}
+		if cfg.Labels == nil {
+			cfg.Labels = map[string]string{}
+		}
+		cfg.Labels[k] = v
+	}
+	return cfg, nil
+}
+
+// parseEnv reads -e values: KEY=VALUE, or KEY alone for this process's
+// value of KEY (skipped when unset), the one way to pass a host variable.
+func parseEnv(vals []string) ([]string, error) {
+	var out []string
+	for _, v := range vals {
+		k, _, ok := strings.Cut(v, "=")
+		if k == "" {
+			return nil, &usageError{err: fmt.Errorf("env %q: want KEY=VALUE or KEY", v)}
+		}
+		if !ok {
+			hv, set := os.LookupEnv(k)
+			if !set {
+				continue
+			}
+			v = k + "=" + hv
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

@@ -1,0 +1,327 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/krunbox/krunbox/internal/testutil/testkrun"
+)
+
+// mode says which libkrun a suite boots VMs with.
+type mode string
+
+const (
+	double mode = "double"
+	real   mode = "real"
+)
+
+// suite describes how the VMs of one run of the scenarios start.
+type suite struct {
+	mode mode
+	// lib is KRUNBOX_LIBKRUN for krunbox: the test double, or the real
+	// library when one was named.
+	lib string
+}
+
+// scenario is one end-to-end test, run by every suite.
+type scenario struct {
+	name string
+	run  func(t *testing.T, e *env)
+}
+
+// scenarios are run by every suite, in this order.
+var scenarios = []scenario{
+	{"ExitCodes", testExitCodes},
+	{"CannotStartVMs", testCannotStartVMs},
+	{"ImageCommandAndStdin", testImageCommandAndStdin},
+	{"SignalsForwarded", testSignalsForwarded},
+	{"Terminal", testTerminal},
+	{"EnvironmentNotLeaked", testEnvironmentNotLeaked},
+	{"ReadOnlyMount", testReadOnlyMount},
+	{"Workspace", testWorkspace},
+	{"GitWorktree", testGitWorktree},
+	{"NamedSandboxPersists", testNamedSandboxPersists},
+	{"RmLeavesNothing", testRmLeavesNothing},
+	{"ConcurrentStarts", testConcurrentStarts},
+	{"KilledRunner", testKilledRunner},
+	{"ExecNeedsARunningSandbox", testExecNeedsARunningSandbox},
+	{"IdleTimeout", testIdleTimeout},
+	{"LongStatePath", testLongStatePath},
+	{"Network", testNetwork},
+	{"Copy", testCopy},
+	{"Logs", testLogs},
+	{"Inspect", testInspect},
+	{"ConfigLayers", testConfigLayers},
+	{"ImagesInUseAreKept", testImagesInUseAreKept},
+}
+
+// TestDouble runs every scenario with VMs on the libkrun test double.
+func TestDouble(t *testing.T) {
+	if want := os.Getenv("KRUNBOX_E2E_LIBKRUN"); want == string(real) {
+		t.Skip("KRUNBOX_E2E_LIBKRUN=real")
+	}
+	runSuite(t, &suite{mode: double, lib: testkrun.Library(t)})
+}
+
+// TestRealLibkrun runs every scenario with real microVMs. It says SKIP,
+// loudly, where there is no KVM or no libkrun.
+func TestRealLibkrun(t *testing.T) {
+	want := os.Getenv("KRUNBOX_E2E_LIBKRUN")
+	if want == string(double) {
+		t.Skip("KRUNBOX_E2E_LIBKRUN=double")
+	}
+	s := &suite{mode: real, lib: os.Getenv("KRUNBOX_LIBKRUN")}
+	// doctor checks what krunbox needs and tells the double apart.
+	res := s.doctor(t)
+	if res.code != 0 || strings.Contains(res.stdout, "test double") {
+		why := "krunbox doctor:\n" + res.stdout + res.stderr
+		if strings.Contains(res.stdout, "test double") {
+			why = "KRUNBOX_LIBKRUN is the test double"
+		}
+		if want == string(real) {
+			t.Fatalf("KRUNBOX_E2E_LIBKRUN=real, but real VMs cannot start here: %s", why)
+		}
+		t.Skipf("SKIP real-libkrun e2e suite (no real VM can start here; see e2e/bundle/README.md to run it on a KVM host): %s", why)
+	}
+	runSuite(t, s)
+}
+
+func runSuite(t *testing.T, s *suite) {
+	if imageErr != nil {
+		t.Skipf("no test image: %v (apt-get install busybox-static, or set KRUNBOX_E2E_IMAGE)", imageErr)
+	}
+	if s.mode == double {
+		// The double needs namespaces: doctor checks them.
+		if res := s.doctor(t); res.code != 0 {
+			t.Skipf("the libkrun test double cannot run here:\n%s", res.stdout)
+		}
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, newEnv(t, s)) })
+	}
+}
+
+func (s *suite) doctor(t testing.TB) result {
+	e := &env{t: t, suite: s, home: t.TempDir()}
+	return e.krunbox("doctor")
+}
+
+// env is one scenario's krunbox installation: its own KRUNBOX_HOME, the
+// suite's libkrun, the test image pulled.
+type env struct {
+	t     testing.TB
+	suite *suite
+	home  string
+	// extra are KEY=VALUE entries added to krunbox's environment.
+	extra []string
+}
+
+func newEnv(t testing.TB, s *suite) *env {
+	e := &env{t: t, suite: s, home: t.TempDir()}
+	t.Cleanup(e.cleanup)
+	return e
+}
+
+// cleanup removes every sandbox left, so that no VM outlives its test.
+func (e *env) cleanup() {
+	res := e.krunbox("ls", "-q")
+	for _, name := range strings.Fields(res.stdout) {
+		if r := e.krunbox("rm", "-f", name); r.code != 0 {
+			e.t.Errorf("cleanup: rm -f %s: %s", name, r)
+		}
+	}
+}
+
+// environ is krunbox's environment: nothing of the test's but PATH, HOME
+// and TMPDIR, so that a leak would be the product's.
+func (e *env) environ() []string {
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "KRUNBOX_HOME=" + e.home}
+	if v := os.Getenv("TMPDIR"); v != "" {
+		env = append(env, "TMPDIR="+v)
+	}
+	if e.suite.lib != "" {
+		env = append(env, "KRUNBOX_LIBKRUN="+e.suite.lib)
+	}
+	return append(env, e.extra...)
+}
+
+// result is how a krunbox command ended.
+type result struct {
+	args           []string
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("krunbox %s: exit %d\nstdout: %q\nstderr: %q", strings.Join(r.args, " "), r.code, r.stdout, r.stderr)
+}
+
+// command returns krunbox with args, in the env.
+func (e *env) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(krunboxBin, args...)
+	cmd.Env = e.environ()
+	return cmd
+}
+
+// krunbox runs krunbox to completion with stdin from /dev/null.
+func (e *env) krunbox(args ...string) result {
+	return e.krunboxIn(nil, args...)
+}
+
+// krunboxIn runs krunbox with stdin.
+func (e *env) krunboxIn(stdin []byte, args ...string) result {
+	e.t.Helper()
+	cmd := e.command(args...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	r := result{args: args, stdout: out.String(), stderr: errOut.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatalf("krunbox %v: %v", args, err)
+	}
+	return r
+}
+
+// ok runs krunbox, which must exit 0, and returns its stdout.
+func (e *env) ok(args ...string) string {
+	e.t.Helper()
+	r := e.krunbox(args...)
+	if r.code != 0 {
+		e.t.Fatalf("%s", r)
+	}
+	return r.stdout
+}
+
+// pull pulls the test image into the env's cache, so that later commands
+// print no progress.
+func (e *env) pull() {
+	e.t.Helper()
+	e.ok("pull", image)
+}
+
+// started creates and starts a sandbox called name from the test image,
+// with flags, and returns its state directory.
+func (e *env) started(name string, flags ...string) string {
+	e.t.Helper()
+	e.pull()
+	args := append(append([]string{"create", "--name", name}, flags...), image)
+	if out := e.ok(args...); strings.TrimSpace(out) != name {
+		e.t.Fatalf("create printed %q, want the name %q", out, name)
+	}
+	e.ok("start", name)
+	return e.sandboxDir(name)
+}
+
+func (e *env) sandboxDir(name string) string {
+	return filepath.Join(e.home, "state", "sandboxes", name)
+}
+
+// lsEntry is one sandbox of ls --json.
+type lsEntry struct {
+	Name, Image, State, Workspace, Reason string
+	Pid                                   int
+}
+
+func (e *env) ls() map[string]lsEntry {
+	e.t.Helper()
+	var entries []lsEntry
+	if err := json.Unmarshal([]byte(e.ok("ls", "--json")), &entries); err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]lsEntry{}
+	for _, s := range entries {
+		out[s.Name] = s
+	}
+	return out
+}
+
+// inspect returns krunbox inspect's JSON.
+func (e *env) inspect(name string) map[string]any {
+	e.t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal([]byte(e.ok("inspect", name)), &v); err != nil {
+		e.t.Fatal(err)
+	}
+	return v
+}
+
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for delay := time.Millisecond; !cond(); delay = min(2*delay, 50*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// processesOf returns the pids of the processes whose command line
+// mentions dir (the runner's is "krunbox-vm DIR"), with their parents.
+func processesOf(dir string) map[int]int {
+	procs := map[int]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), dir) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) > 1 && fields[0] != "Z" {
+			procs[pid], _ = strconv.Atoi(fields[1])
+		}
+	}
+	return procs
+}
+
+// startCmd starts cmd, killed when the test ends, and returns a channel
+// receiving its exit code.
+func startCmd(t *testing.T, cmd *exec.Cmd) <-chan int {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() {
+		cmd.Wait()
+		done <- cmd.ProcessState.ExitCode()
+	}()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return done
+}
+
+// exitOf waits for the exit code from startCmd, failing the test after
+// timeout.
+func exitOf(t *testing.T, done <-chan int, timeout time.Duration, what string) int {
+	t.Helper()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %v", what, timeout)
+		return -1
+	}
+}

@@ -1,0 +1,70 @@
+// Command run is the smallest krunbox SDK program: it boots a microVM from
+// an image, runs one command in it, prints what it wrote and removes the
+// VM.
+//
+//	go run ./examples/run -image alpine -- uname -a
+//
+// It needs what krunbox needs (krunbox doctor); KRUNBOX_HOME keeps its
+// state apart. No runner binary and no line in main: importing hostapi
+// makes the program its own VM runner.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/krunbox/krunbox/hostapi"
+)
+
+func main() {
+	image := flag.String("image", "alpine", "image to boot")
+	flag.Parse()
+	args := flag.Args()
+	if len(args) == 0 {
+		args = []string{"uname", "-a"}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	code, err := run(ctx, *image, args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "run:", err)
+		os.Exit(125)
+	}
+	os.Exit(code)
+}
+
+func run(ctx context.Context, image string, args []string) (int, error) {
+	host, err := hostapi.NewHost()
+	if err != nil {
+		return 0, err
+	}
+	// Fail before pulling anything on a host that cannot start VMs.
+	if err := host.Preflight(ctx); err != nil {
+		return 0, err
+	}
+	sb, err := host.Create(ctx, hostapi.Config{Image: image})
+	if err != nil {
+		return 0, err
+	}
+	defer sb.Remove(context.WithoutCancel(ctx))
+	if err := sb.Start(ctx); err != nil {
+		return 0, err
+	}
+	c := sb.Client()
+	defer c.Close()
+	res, err := c.Run(ctx, hostapi.Command(args...))
+	var exit *hostapi.ExitError
+	switch {
+	case errors.As(err, &exit):
+		// It ran and failed: its output and exit code are the answer.
+	case err != nil:
+		return 0, err // it never ran (not found...) or the VM failed
+	}
+	os.Stdout.Write(res.Stdout)
+	os.Stderr.Write(res.Stderr)
+	return res.ExitCode, nil
+}
