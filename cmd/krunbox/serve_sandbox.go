@@ -9,7 +9,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -25,11 +24,16 @@ import (
 
 // The sandbox methods of the serve protocol (docs/serve-protocol.md §4).
 
-// serveName is what the protocol accepts as a sandbox name.
-var serveName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
+// checkName checks a sandbox name as the protocol accepts it: 1 to 63
+// lowercase letters, digits or '-', starting with a letter or digit. A loop
+// rather than a regexp, which every krunbox command would compile at init.
 func checkName(field, name string) error {
-	if !serveName.MatchString(name) {
+	ok := len(name) >= 1 && len(name) <= 63
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || i > 0 && c == '-'
+	}
+	if !ok {
 		return invalidParams("%s %q: want 1 to 63 lowercase letters, digits or '-', starting with a letter or digit", field, name)
 	}
 	return nil
