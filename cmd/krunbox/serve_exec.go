@@ -200,15 +200,18 @@ func (s *server) execStart(ctx context.Context, raw json.RawMessage) (any, func(
 	}
 	s.execs[p.ExecID] = e
 	s.mu.Unlock()
+	// forget frees the id; it is idempotent.
 	forget := func() {
 		s.mu.Lock()
-		delete(s.execs, p.ExecID)
+		if s.execs[p.ExecID] == e {
+			delete(s.execs, p.ExecID)
+		}
 		s.mu.Unlock()
-		close(e.done)
 	}
 	c, err := s.client(ctx, p.Sandbox)
 	if err != nil {
 		forget()
+		close(e.done)
 		return nil, nil, err
 	}
 	// The command belongs to the connection, not to this request: it is
@@ -216,6 +219,7 @@ func (s *server) execStart(ctx context.Context, raw json.RawMessage) (any, func(
 	proc, err := c.Start(s.life, cmd)
 	if err != nil {
 		forget()
+		close(e.done)
 		return nil, nil, s.execStartError(ctx, p.Sandbox, err)
 	}
 	s.mu.Lock()
@@ -243,8 +247,10 @@ func (s *server) execStartError(ctx context.Context, sandbox string, err error) 
 	return newError(codeExecFailed, map[string]string{"reason": reason}, "%v", err)
 }
 
-// pump sends the command's output, then its exit.
+// pump sends the command's output, then its exit; e.done closes once the
+// exit is sent (or will not be).
 func (s *server) pump(id string, e *execEntry, forget func()) {
+	defer close(e.done)
 	defer forget()
 	defer e.proc.Close()
 	var wg sync.WaitGroup
@@ -286,6 +292,9 @@ func (s *server) pump(id string, e *execEntry, forget func()) {
 	default:
 		exit.Error = newError(codeNotReady, nil, "sandbox %s stopped while the command ran: %v", e.sandbox, err)
 	}
+	// The id is free before the exit is sent: a client may reuse it as soon
+	// as it sees the exit.
+	forget()
 	s.out.send(&message{Method: "exec.exit", Params: exit})
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/krunbox/krunbox/hostapi"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
+	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
 	"github.com/krunbox/krunbox/krun"
@@ -48,28 +49,10 @@ type serveConn struct {
 	nextID int
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // newServeConn returns a connection writing to stdin, and closes stdin
 // when the test ends, expecting the server to exit then (kill is called
 // when it does not).
-func newServeConn(t *testing.T, stdin io.WriteCloser, stderr *syncBuffer, kill func()) *serveConn {
+func newServeConn(t *testing.T, stdin io.WriteCloser, stderr *syncbuf.Buffer, kill func()) *serveConn {
 	c := &serveConn{t: t, stdin: stdin, exited: make(chan int, 1), update: make(chan struct{}, 1)}
 	t.Cleanup(func() {
 		stdin.Close()
@@ -91,7 +74,7 @@ func startServe(t *testing.T) *serveConn {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	c := newServeConn(t, inW, stderr, func() {})
 	go func() {
 		code := Main([]string{"serve", "--stdio", "--log-level", "debug"}, inR, outW, stderr)
@@ -115,7 +98,7 @@ func startServeProcess(t *testing.T, bin string, env []string) *serveConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
