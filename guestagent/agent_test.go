@@ -14,12 +14,8 @@ import (
 	"github.com/krunbox/krunbox/guestagent/protocol"
 )
 
-func TestMergeEnv(t *testing.T) {
-	got := mergeEnv([]string{"PATH=/bin", "HOME=/"}, []string{"A=1", "HOME=/root"}, []string{"A=2", "B=x=y"})
-	want := []string{"PATH=/bin", "HOME=/root", "A=2", "B=x=y"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("mergeEnv = %v, want %v", got, want)
-	}
+func TestEnvValue(t *testing.T) {
+	got := []string{"PATH=/bin", "HOME=/root", "A=2", "B=x=y"}
 	if envValue(got, "B") != "x=y" || envValue(got, "NOPE") != "" {
 		t.Error("envValue")
 	}

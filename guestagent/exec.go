@@ -61,7 +61,7 @@ func (a *Agent) resolveExec(req *protocol.ExecRequest) (*execSpec, *protocol.Err
 	if req.TTY != nil {
 		defaults = append(defaults, "TERM=xterm-256color")
 	}
-	env := mergeEnv(defaults, a.cfg.Env, req.Env)
+	env := protocol.MergeEnv(defaults, a.cfg.Env, req.Env)
 
 	dir := req.Dir
 	if dir == "" {
@@ -81,25 +81,6 @@ func (a *Agent) resolveExec(req *protocol.ExecRequest) (*execSpec, *protocol.Err
 		return nil, perr
 	}
 	return &execSpec{path: path, argv: req.Argv, env: env, dir: dir, cred: cred}, nil
-}
-
-// mergeEnv layers KEY=VALUE lists, later ones overriding earlier ones,
-// keeping the order in which keys first appear.
-func mergeEnv(layers ...[]string) []string {
-	var out []string
-	index := make(map[string]int)
-	for _, layer := range layers {
-		for _, kv := range layer {
-			k, _, _ := strings.Cut(kv, "=")
-			if i, ok := index[k]; ok {
-				out[i] = kv
-				continue
-			}
-			index[k] = len(out)
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 func envValue(env []string, key string) string {

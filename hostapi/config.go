@@ -8,27 +8,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/oci"
 )
 
-// Network selects a sandbox's network.
-type Network string
+// Network selects a sandbox's network: NetworkTSI (the host's network
+// identity through libkrun's transparent socket impersonation; guest
+// listeners become host listeners) or NetworkNone (only loopback).
+type Network = vmm.Network
 
 // Networks.
 const (
-	// NetworkTSI gives the guest the host's network identity through
-	// libkrun's transparent socket impersonation (the default). Guest
-	// listeners become host listeners.
-	NetworkTSI Network = "tsi"
-	// NetworkNone gives the guest no network at all, only loopback.
-	NetworkNone Network = "none"
+	NetworkTSI  = vmm.NetworkTSI
+	NetworkNone = vmm.NetworkNone
 )
 
 // PortMapping publishes a guest TCP port on a host port.
-type PortMapping struct {
-	Host  uint16 `json:"host"`
-	Guest uint16 `json:"guest"`
-}
+type PortMapping = vmm.PortMapping
 
 // Defaults of a Config.
 const (

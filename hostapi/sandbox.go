@@ -415,7 +415,7 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 	ac := protocol.Config{
 		Port:        protocol.DefaultPort,
 		Hostname:    s.name,
-		Env:         guestEnv(s.rec.Image.Config.Env, cfg.Env),
+		Env:         protocol.MergeEnv(s.rec.Image.Config.Env, cfg.Env),
 		User:        cmpOr(cfg.User, s.rec.Image.Config.User),
 		Workdir:     s.workdir(),
 		IdleTimeout: cfg.IdleTimeout,
@@ -436,13 +436,11 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 		Workdir:    "/",
 		Rlimits:    []vmm.Rlimit{{Resource: "nofile", Cur: 65536, Max: 1 << 20}},
 		Vsock:      []vmm.VsockPort{{Port: protocol.DefaultPort, HostPath: s.SocketPath(), Listen: true}},
-		Network:    vmm.Network(cfg.Network),
+		Network:    cfg.Network,
 		ConsoleLog: s.ConsolePath(),
 		Library:    s.host.libkrun,
 	}
-	for _, p := range cfg.Ports {
-		spec.PortMap = append(spec.PortMap, vmm.PortMapping{Host: p.Host, Guest: p.Guest})
-	}
+	spec.PortMap = cfg.Ports
 	for i, m := range s.rec.Mounts {
 		tag := mountTag(i)
 		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
@@ -501,33 +499,6 @@ func (s *Sandbox) imageTree(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("the image of %s (%s) is no longer cached, and %s now names another image (%s)", s.name, digest, s.rec.Image.Ref, img.Digest)
 	}
 	return img.Rootfs, nil
-}
-
-// guestEnv merges the image's environment with the sandbox's: later
-// entries replace earlier ones with the same key. PATH gets the usual
-// default when the image has none.
-func guestEnv(image, extra []string) []string {
-	var out []string
-	index := map[string]int{}
-	add := func(e string) {
-		k, _, _ := strings.Cut(e, "=")
-		if i, ok := index[k]; ok {
-			out[i] = e
-			return
-		}
-		index[k] = len(out)
-		out = append(out, e)
-	}
-	for _, e := range image {
-		add(e)
-	}
-	for _, e := range extra {
-		add(e)
-	}
-	if _, ok := index["PATH"]; !ok {
-		add("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-	}
-	return out
 }
 
 func cmpOr(a, b string) string {

@@ -313,17 +313,6 @@ func TestImagesInUse(t *testing.T) {
 	}
 }
 
-func TestGuestEnv(t *testing.T) {
-	got := guestEnv([]string{"PATH=/bin", "A=1", "B=2"}, []string{"A=x", "C=3"})
-	want := []string{"PATH=/bin", "A=x", "B=2", "C=3"}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("guestEnv = %v, want %v", got, want)
-	}
-	if got := guestEnv(nil, nil); len(got) != 1 || !strings.HasPrefix(got[0], "PATH=/usr/local/sbin:") {
-		t.Errorf("guestEnv without PATH = %v", got)
-	}
-}
-
 func TestCheckReadySaysWhy(t *testing.T) {
 	h, ref := testHost(t)
 	ctx := t.Context()

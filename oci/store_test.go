@@ -512,14 +512,7 @@ func TestReflattenStaleTreeOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A tree from an earlier boot that was never synced is not trusted.
-	meta := filepath.Join(filepath.Dir(img.Rootfs), "meta.json")
-	b, _ := os.ReadFile(meta)
-	if err := os.WriteFile(meta, []byte(strings.Replace(string(b), `"bootID":"`, `"bootID":"old-`, 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(img.Rootfs, "etc", "passwd"), []byte("damaged"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	damageStaleTree(t, img)
 	again, err := s.Pull(t.Context(), ref, oci.WithPolicy(oci.PullNever))
 	if err != nil {
 		t.Fatal(err)
@@ -572,14 +565,7 @@ func TestRootfsByDigest(t *testing.T) {
 	}
 	// A stale, damaged tree is flattened again from the blob cache, offline.
 	offline.Store(true)
-	meta := filepath.Join(filepath.Dir(img.Rootfs), "meta.json")
-	b, _ := os.ReadFile(meta)
-	if err := os.WriteFile(meta, []byte(strings.Replace(string(b), `"bootID":"`, `"bootID":"old-`, 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(img.Rootfs, "etc", "passwd"), []byte("damaged"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	damageStaleTree(t, img)
 	root, err = s.Rootfs(ctx, img.Digest)
 	if err != nil {
 		t.Fatal(err)
@@ -589,5 +575,22 @@ func TestRootfsByDigest(t *testing.T) {
 	missing := v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("0", 64)}
 	if _, err := s.Rootfs(ctx, missing); !errors.Is(err, oci.ErrNotFound) {
 		t.Fatalf("Rootfs of an unknown digest: %v, want ErrNotFound", err)
+	}
+}
+
+// damageStaleTree makes img's tree look made during an earlier boot and
+// unsynced, so that it is not trusted, and damages a file of it.
+func damageStaleTree(t *testing.T, img *oci.Image) {
+	t.Helper()
+	meta := filepath.Join(filepath.Dir(img.Rootfs), "meta.json")
+	b, err := os.ReadFile(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(meta, []byte(strings.Replace(string(b), `"bootID":"`, `"bootID":"old-`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(img.Rootfs, "etc", "passwd"), []byte("damaged"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

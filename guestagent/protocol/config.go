@@ -128,3 +128,24 @@ func WriteConfig(name string, c *Config) error {
 	}
 	return nil
 }
+
+// MergeEnv layers KEY=VALUE lists, later ones overriding earlier ones entry
+// by entry, keeping the order in which keys first appear: how an exec's
+// environment is made from the agent's defaults, Config.Env and the
+// request's own.
+func MergeEnv(layers ...[]string) []string {
+	var out []string
+	index := make(map[string]int)
+	for _, layer := range layers {
+		for _, kv := range layer {
+			k, _, _ := strings.Cut(kv, "=")
+			if i, ok := index[k]; ok {
+				out[i] = kv
+				continue
+			}
+			index[k] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -227,5 +228,13 @@ func TestInboxClose(t *testing.T) {
 	in.CloseEOF()
 	if n, err := in.WriteTo(&w); n != 4 || err != nil || w.String() != "abcd" {
 		t.Fatalf("WriteTo = %d, %v, %q", n, err, w.String())
+	}
+}
+
+func TestMergeEnv(t *testing.T) {
+	got := MergeEnv([]string{"PATH=/bin", "HOME=/"}, []string{"A=1", "HOME=/root"}, []string{"A=2", "B=x=y"})
+	want := []string{"PATH=/bin", "HOME=/root", "A=2", "B=x=y"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("MergeEnv = %v, want %v", got, want)
 	}
 }
