@@ -7,28 +7,6 @@ import (
 	"path/filepath"
 )
 
-// writeFileAtomic writes data to path through a temporary file in the same
-// directory, so that readers see the old content or the new, never part.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
-
 // removeTree removes path and everything below it, like os.RemoveAll, also
 // when directories below lack the owner's write or search permission: a
 // guest may chmod the files of its writable layer, and overlayfs leaves its

@@ -20,6 +20,7 @@ import (
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/hostapi/internal/agentbin"
 	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/atomicfile"
 	"github.com/krunbox/krunbox/oci"
 )
 
@@ -532,7 +533,7 @@ func (h *Host) agentFile(arch string) (string, error) {
 		err = os.MkdirAll(dir, 0o700)
 	}
 	if err == nil {
-		err = writeFileAtomic(path, data, 0o755)
+		err = atomicfile.Write(path, data, 0o755)
 	}
 	if err != nil {
 		return "", fmt.Errorf("guest agent: %w", err)

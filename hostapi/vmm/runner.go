@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/krunbox/krunbox/internal/atomicfile"
 	"github.com/krunbox/krunbox/krun"
 )
 
@@ -264,7 +265,7 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
 		}
-		if err := writeFileAtomic(dst, data, f.Mode.Perm()); err != nil {
+		if err := atomicfile.Write(dst, data, f.Mode.Perm()); err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
 		}
 	}
@@ -278,7 +279,7 @@ func writeRunnerInfo(dir string) error {
 		return fmt.Errorf("runner start time: %w", err)
 	}
 	data, _ := json.Marshal(RunnerInfo{Pid: os.Getpid(), StartTime: st, Monitor: os.Getppid()})
-	return writeFileAtomic(filepath.Join(dir, PidFile), append(data, '\n'), 0o600)
+	return atomicfile.Write(filepath.Join(dir, PidFile), append(data, '\n'), 0o600)
 }
 
 func raiseNofile() error {

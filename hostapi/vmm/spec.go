@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/krunbox/krunbox/internal/atomicfile"
 	"github.com/krunbox/krunbox/krun"
 )
 
@@ -335,7 +336,7 @@ func WriteSpec(dir string, s *Spec) error {
 	if err != nil {
 		return fmt.Errorf("encode VM spec: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(dir, SpecFile), append(data, '\n'), 0o600)
+	return atomicfile.Write(filepath.Join(dir, SpecFile), append(data, '\n'), 0o600)
 }
 
 // ReadSpec reads and validates the spec stored in dir.
@@ -352,29 +353,4 @@ func ReadSpec(dir string) (*Spec, error) {
 		return nil, err
 	}
 	return &s, nil
-}
-
-// writeFileAtomic writes data to path through a temporary file and rename,
-// so readers see the old content or the new, never a half-written file.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
