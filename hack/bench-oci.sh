@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
-BENCH=(-run '^$' -bench "${BENCH_OCI:-.}" -benchtime "${BENCHTIME_OCI:-3x}" -timeout 30m ./oci/)
+BENCH=(-run '^$' -bench "${BENCH_OCI:-.}" -benchtime "${BENCHTIME_OCI:-5x}" -timeout 30m ./oci/)
 if [ "$(id -u)" != 0 ] || ! command -v mkfs.ext4 >/dev/null; then
 	echo "bench-oci: not root or no mkfs.ext4: measuring in ${TMPDIR:-/tmp}" >&2
 	exec $GO test "${BENCH[@]}"
