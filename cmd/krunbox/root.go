@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,10 +45,27 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "unknown command ") {
-		// cobra reports unknown subcommands with an untyped error.
-		err = &usageError{err: err}
+		err = unknownCommand(err)
 	}
 	return report(stderr, err)
+}
+
+// unknownCommand turns cobra's untyped, multi-line "unknown command" error
+// into a usage error of one line whose hint carries cobra's suggestions.
+func unknownCommand(err error) error {
+	first, rest, _ := strings.Cut(err.Error(), "\n")
+	first, _, _ = strings.Cut(first, " for ")
+	var suggestions []string
+	for _, line := range strings.Split(rest, "\n") {
+		if strings.HasPrefix(line, "\t") {
+			suggestions = append(suggestions, strings.TrimSpace(line))
+		}
+	}
+	u := &usageError{err: errors.New(first)}
+	if len(suggestions) == 0 {
+		return u
+	}
+	return &hintError{err: u, hint: fmt.Sprintf("did you mean %s? %s", strings.Join(suggestions, " or "), u.Hint())}
 }
 
 func newRootCmd(s *streams) *cobra.Command {

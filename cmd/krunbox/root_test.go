@@ -31,7 +31,8 @@ func TestUsageErrorsExit125WithHint(t *testing.T) {
 		want string
 	}{
 		{"unknown flag", []string{"--no-such-flag"}, "unknown flag"},
-		{"unknown command", []string{"no-such-command"}, "unknown command"},
+		{"unknown command", []string{"no-such-command"}, `unknown command "no-such-command"`},
+		{"misspelt command", []string{"exce"}, `unknown command "exce"`},
 		{"extra args", []string{"version", "x"}, "takes no arguments"},
 		{"bad log level", []string{"--log-level", "loud", "version"}, "log level"},
 	}
@@ -47,6 +48,12 @@ func TestUsageErrorsExit125WithHint(t *testing.T) {
 			}
 			if len(lines) != 2 || !strings.HasPrefix(lines[1], "hint: ") {
 				t.Errorf("stderr %q: want a hint line", errOut)
+			}
+			if strings.Contains(errOut, "; ;") || strings.Contains(errOut, "\t") {
+				t.Errorf("stderr %q: cobra's multi-line text leaked into the line", errOut)
+			}
+			if tt.args[0] == "exce" && !strings.Contains(lines[len(lines)-1], "did you mean exec?") {
+				t.Errorf("hint %q: want cobra's suggestion, exec", lines[len(lines)-1])
 			}
 		})
 	}
