@@ -4,12 +4,14 @@ package guestagent
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"golang.org/x/sys/unix"
@@ -127,12 +129,17 @@ func infoOf(name string, s *unix.Stat_t) *protocol.FileInfo {
 // readFile streams a file: Reply{FileInfo}, data, EOF.
 func (c *conn) readFile(st *stream, r *protocol.ReadFileRequest) {
 	path := c.a.abs(r.Path)
-	f, err := os.Open(path)
+	// O_NONBLOCK: opening a FIFO must not wait for a writer, which nothing
+	// could cancel. A FIFO then reads what its writers write until the last
+	// one closes (nothing when none has it open), through the poller, so a
+	// cancelled stream stops waiting for data too.
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		c.replyError(st, errorFor("open", path, err))
 		return
 	}
 	defer f.Close()
+	defer context.AfterFunc(st.ctx, func() { f.SetReadDeadline(time.Now()) })()
 	var s unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &s); err != nil {
 		c.replyError(st, errorFor("stat", path, err))

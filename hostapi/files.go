@@ -24,7 +24,12 @@ import (
 // errors.Is(err, fs.ErrExist), errors.Is(err, fs.ErrPermission) and
 // errors.Is(err, syscall.ENOTDIR) work as for local files.
 
-// ReadFile returns the content of a guest file.
+// maxPrealloc bounds what ReadFile allocates ahead from the size the guest
+// reports; larger files grow the buffer as their data arrives.
+const maxPrealloc = 16 << 20
+
+// ReadFile returns the content of a guest file. A FIFO reads what its
+// writers write until the last one closes it, and nothing when it has none.
 func (c *Client) ReadFile(ctx context.Context, name string) ([]byte, error) {
 	f, err := c.Open(ctx, name)
 	if err != nil {
@@ -32,7 +37,9 @@ func (c *Client) ReadFile(ctx context.Context, name string) ([]byte, error) {
 	}
 	defer f.Close()
 	var buf bytes.Buffer
-	if size := f.info.Size(); size > 0 && size < 1<<30 {
+	// The guest's word on the size sizes the buffer only up to a bound: a
+	// hostile or changing guest must not make the host allocate at will.
+	if size := f.info.Size(); size > 0 && size <= maxPrealloc {
 		buf.Grow(int(size) + 1)
 	}
 	if _, err := buf.ReadFrom(f); err != nil {

@@ -226,6 +226,66 @@ func TestCloseBeforeEndOfLargeFile(t *testing.T) {
 	}
 }
 
+// TestReadFIFO reads named pipes: opening one never waits for a writer, a
+// FIFO nobody writes reads as empty, and cancelling a read that waits for
+// data lets the pipe go (its writer sees no reader left).
+func TestReadFIFO(t *testing.T) {
+	c, _ := newTestClient(t, nil)
+	ctx := testContext(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := c.ReadFile(ctx, fifo); err != nil || len(data) != 0 {
+		t.Fatalf("ReadFile of a FIFO without writers = %q, %v; want empty", data, err)
+	}
+
+	// A writer that keeps the pipe open: opened while a reader of our own
+	// holds the other end, which then lets go.
+	r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	readCtx, cancel := context.WithCancel(ctx)
+	f, err := c.Open(readCtx, fifo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteString("hello"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(f, buf); err != nil || string(buf) != "hello" {
+		t.Fatalf("read %q, %v; want hello", buf, err)
+	}
+	cancel()
+	if _, err := f.Read(buf); !errors.Is(err, context.Canceled) {
+		t.Errorf("read after cancel: %v, want context.Canceled", err)
+	}
+	// The agent closes its end: writes fail once no reader is left.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := w.WriteString("x")
+		if errors.Is(err, syscall.EPIPE) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent still holds the FIFO open 10 s after the read was cancelled (write: %v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := c.Ping(ctx); err != nil {
+		t.Fatalf("agent after a cancelled FIFO read: %v", err)
+	}
+}
+
 func TestReadFileErrors(t *testing.T) {
 	c, _ := newTestClient(t, nil)
 	ctx := testContext(t)
