@@ -138,6 +138,10 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	own := []ownDir{{"state directory", h.dirs.State}, {"image cache", h.dirs.Cache}, {"configuration directory", h.dirs.Config}}
+	if err := refuseExposure(mounts, own); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
 	img, err := h.pull(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)

@@ -64,9 +64,10 @@ func ParseMount(s string) (Mount, error) {
 var reservedGuestPaths = []string{"/", "/proc", "/sys", "/dev", protocol.GuestDir}
 
 // ErrInvalidMount is wrapped by the errors of Create for mounts it refuses:
-// a host path that is not a directory, a guest path that is relative or
-// would shadow the root, /proc, /sys, /dev or krunbox's own directory, and
-// mounts that overlap in the guest.
+// a host path that is not a directory, or that is, contains or lies within
+// krunbox's own state, cache or configuration directory; a guest path that
+// is relative or would shadow the root, /proc, /sys, /dev or krunbox's own
+// directory; and mounts that overlap in the guest.
 var ErrInvalidMount = errors.New("invalid mount")
 
 // resolveMounts validates mounts and returns them normalised: host paths
@@ -123,6 +124,48 @@ func resolveMount(m Mount) (Mount, error) {
 		}
 	}
 	return Mount{HostPath: host, GuestPath: guest, ReadOnly: m.ReadOnly}, nil
+}
+
+// exposureError refuses a mount that would give the guest krunbox's own
+// files.
+type exposureError struct{ err error }
+
+func (e *exposureError) Error() string { return e.err.Error() }
+func (e *exposureError) Unwrap() error { return e.err }
+
+// Hint says how to share what was meant without krunbox's directories.
+func (e *exposureError) Hint() string {
+	return "share a narrower directory (the project's), or keep krunbox's directories elsewhere with KRUNBOX_HOME"
+}
+
+// ownDir is one of krunbox's own directories, named by what it holds.
+type ownDir struct{ what, path string }
+
+// refuseExposure refuses mounts whose host directory is, contains or lies
+// within one of krunbox's own directories:
+// through such a share a guest could rewrite the image trees every sandbox
+// shares, other sandboxes' roots and records, or the configuration of the
+// next sandboxes, read-write or read-only alike (other sandboxes' files
+// are not the guest's to read either).
+func refuseExposure(mounts []Mount, own []ownDir) error {
+	for _, d := range own {
+		if d.path == "" {
+			continue
+		}
+		abs, err := filepath.Abs(d.path)
+		if err != nil {
+			return err
+		}
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
+		for _, m := range mounts {
+			if within(m.HostPath, abs) || within(abs, m.HostPath) {
+				return &exposureError{fmt.Errorf("%w %s: it would give the guest krunbox's %s (%s)", ErrInvalidMount, m.HostPath, d.what, abs)}
+			}
+		}
+	}
+	return nil
 }
 
 // within reports whether path is dir or below it. Both are clean and

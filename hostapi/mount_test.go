@@ -134,6 +134,12 @@ func TestGitDirsOutside(t *testing.T) {
 	git(repo, "commit", "-q", "--allow-empty", "-m", "init")
 	git(repo, "worktree", "add", "-q", filepath.Join(root, "wt"))
 	git(repo, "worktree", "add", "-q", filepath.Join(repo, "inner-wt"))
+	// A submodule checked out alone: its git directory is in the
+	// superproject's .git/modules, found through core.worktree.
+	super := filepath.Join(root, "super")
+	os.MkdirAll(super, 0o755)
+	git(super, "init", "-q")
+	git(super, "-c", "protocol.file.allow=always", "submodule", "add", "-q", repo, "sub")
 
 	tests := []struct {
 		name      string
@@ -144,12 +150,49 @@ func TestGitDirsOutside(t *testing.T) {
 		{"not a checkout", t.TempDir(), nil},
 		{"worktree outside the repository", filepath.Join(root, "wt"), []string{filepath.Join(repo, ".git")}},
 		{"worktree inside the repository", filepath.Join(repo, "inner-wt"), []string{filepath.Join(repo, ".git")}},
+		{"submodule", filepath.Join(super, "sub"), []string{filepath.Join(super, ".git", "modules", "sub")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := gitDirsOutside(tt.workspace)
 			if err != nil || !slices.Equal(got, tt.want) {
 				t.Fatalf("gitDirsOutside(%s) = %v, %v; want %v", tt.workspace, got, err, tt.want)
+			}
+		})
+	}
+
+	// A .git file is in the workspace, which the guest writes: it must not
+	// get other host directories shared at the next start.
+	secret := filepath.Join(root, "secret")
+	os.MkdirAll(secret, 0o755)
+	// A fake worktree git directory in a place the guest controls, whose
+	// commondir names another repository.
+	planted := filepath.Join(root, "planted", "worktrees", "x")
+	os.MkdirAll(planted, 0o755)
+	hostile := []struct {
+		name   string
+		gitdir string
+		setup  func(ws string)
+	}{
+		{"any directory", secret, nil},
+		{"another repository's git directory", filepath.Join(repo, ".git"), nil},
+		{"another worktree's git directory", filepath.Join(repo, ".git", "worktrees", "wt"), nil},
+		{"a common directory that does not hold the worktree", planted, func(ws string) {
+			os.WriteFile(filepath.Join(planted, "gitdir"), []byte(filepath.Join(ws, ".git")+"\n"), 0o644)
+			os.WriteFile(filepath.Join(planted, "commondir"), []byte(secret+"\n"), 0o644)
+		}},
+	}
+	for _, tt := range hostile {
+		t.Run("refused: "+tt.name, func(t *testing.T) {
+			ws, _ := filepath.EvalSymlinks(t.TempDir())
+			if tt.setup != nil {
+				tt.setup(ws)
+			}
+			os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: "+tt.gitdir+"\n"), 0o644)
+			got, err := gitDirsOutside(ws)
+			var h interface{ Hint() string }
+			if err == nil || !errors.As(err, &h) || !strings.Contains(err.Error(), "not sharing it") {
+				t.Fatalf("gitDirsOutside = %v, %v; want a refusal with a hint", got, err)
 			}
 		})
 	}

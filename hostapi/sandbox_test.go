@@ -163,6 +163,55 @@ func TestCreateRefusesTakenName(t *testing.T) {
 	}
 }
 
+// TestCreateRefusesExposingKrunbox refuses mounts and workspaces through
+// which a guest would reach krunbox's own directories: the image trees all
+// sandboxes share, the other sandboxes, the configuration.
+func TestCreateRefusesExposingKrunbox(t *testing.T) {
+	h, ref := testHost(t)
+	d := h.Dirs()
+	base := filepath.Dir(d.State)
+	if _, err := h.Create(t.Context(), Config{Name: "first", Image: ref}); err != nil {
+		t.Fatal(err) // creates the state and cache directories
+	}
+	elsewhere := t.TempDir()
+	tests := []struct {
+		name string
+		cfg  Config
+		what string
+	}{
+		{"workspace containing everything", Config{Workspace: base}, "state directory"},
+		{"mount of the cache", Config{Mounts: []Mount{{HostPath: d.Cache, GuestPath: "/c"}}}, "image cache"},
+		{"read-only mount inside the state", Config{Mounts: []Mount{{HostPath: d.Sandboxes(), GuestPath: "/s", ReadOnly: true}}}, "state directory"},
+		{"mount of the configuration", Config{Mounts: []Mount{{HostPath: mkdir(t, d.Config), GuestPath: "/etc/kb"}}}, "configuration directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Image = ref
+			_, err := h.Create(t.Context(), tt.cfg)
+			var hint interface{ Hint() string }
+			if !errors.Is(err, ErrInvalidMount) || !strings.Contains(err.Error(), tt.what) || !errors.As(err, &hint) {
+				t.Fatalf("Create = %v; want an invalid-mount error naming the %s, with a hint", err, tt.what)
+			}
+		})
+	}
+	// A sibling sharing a prefix is not inside: "<base>/state2" is fine.
+	sibling := mkdir(t, d.State+"2")
+	if _, err := h.Create(t.Context(), Config{Image: ref, Workspace: sibling, Mounts: []Mount{{HostPath: elsewhere, GuestPath: "/x"}}}); err != nil {
+		t.Fatalf("Create with a sibling of the state directory: %v", err)
+	}
+	if sbs, _ := h.List(); len(sbs) != 2 {
+		t.Fatalf("%d sandboxes after the refusals, want 2 (nothing half-created)", len(sbs))
+	}
+}
+
+func mkdir(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func TestConcurrentStartsStartOneVM(t *testing.T) {
 	h, ref := testHost(t)
 	sb, err := h.Create(t.Context(), Config{Name: "twice", Image: ref})
