@@ -52,6 +52,7 @@ var scenarios = []scenario{
 	{"RmLeavesNothing", testRmLeavesNothing},
 	{"ConcurrentStarts", testConcurrentStarts},
 	{"KilledRunner", testKilledRunner},
+	{"KilledRunClient", testKilledRunClient},
 	{"ExecNeedsARunningSandbox", testExecNeedsARunningSandbox},
 	{"IdleTimeout", testIdleTimeout},
 	{"LongStatePath", testLongStatePath},

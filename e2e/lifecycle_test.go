@@ -168,6 +168,42 @@ func testKilledRunner(t *testing.T, e *env) {
 	}
 }
 
+// testKilledRunClient kills a "krunbox run" client while its command runs:
+// its ad-hoc sandbox, which it can no longer remove, goes with the next
+// krunbox that looks once its VM has stopped.
+func testKilledRunClient(t *testing.T, e *env) {
+	e.pull()
+	client := e.command("run", image, "--", "sleep", "600")
+	if err := client.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	waitFor(t, "the ad-hoc sandbox to run", 30*time.Second, func() bool {
+		for n, st := range e.ls() {
+			if st.State == "running" {
+				name = n
+				return true
+			}
+		}
+		return false
+	})
+	client.Process.Kill()
+	client.Wait()
+	dir := e.sandboxDir(name)
+	if _, ok := e.ls()[name]; !ok {
+		t.Fatalf("%s gone while its VM still runs", name)
+	}
+	// Its VM stops (asked here; on its own it would after its idle timeout,
+	// the killed client's command having been killed with its connection).
+	e.ok("stop", name)
+	if _, ok := e.ls()[name]; ok {
+		t.Errorf("ls lists %s, an ended ad-hoc sandbox", name)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the ended ad-hoc sandbox's directory: %v, want it removed", err)
+	}
+}
+
 func testExecNeedsARunningSandbox(t *testing.T, e *env) {
 	e.pull()
 	e.ok("create", "--name", "idle", image)

@@ -73,6 +73,10 @@ type Config struct {
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// Labels are free-form metadata.
 	Labels map[string]string `json:"labels,omitempty"`
+	// AutoRemove removes the sandbox once its VM has run and stopped, also
+	// when the program that started it is gone (killed, crashed): the next
+	// Host.List or Host.Create removes it. "krunbox run --rm" sets it.
+	AutoRemove bool `json:"auto_remove,omitempty"`
 }
 
 // withDefaults returns c with zero fields set to their defaults.

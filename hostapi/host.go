@@ -138,6 +138,8 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	// Auto-remove sandboxes left by programs that died before removing them.
+	h.List()
 	own := []ownDir{{"state directory", h.dirs.State}, {"image cache", h.dirs.Cache}, {"configuration directory", h.dirs.Config}}
 	if err := refuseExposure(mounts, own); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
@@ -278,7 +280,8 @@ func (h *Host) Get(name string) (*Sandbox, error) {
 	return h.open(name, rec), nil
 }
 
-// List returns the sandboxes, sorted by name.
+// List returns the sandboxes, sorted by name. Auto-remove sandboxes whose
+// VM has stopped are removed on the way, not listed.
 func (h *Host) List() ([]*Sandbox, error) {
 	entries, err := os.ReadDir(h.dirs.Sandboxes())
 	if errors.Is(err, fs.ErrNotExist) {
@@ -298,6 +301,12 @@ func (h *Host) List() ([]*Sandbox, error) {
 		}
 		if err != nil {
 			h.log.Warn("skipping a damaged sandbox", "name", e.Name(), "err", err)
+			continue
+		}
+		if removed, err := sb.removeIfEnded(context.Background()); err != nil {
+			h.log.Warn("could not remove an ended auto-remove sandbox", "name", sb.name, "err", err)
+		} else if removed {
+			h.log.Info("removed an ended auto-remove sandbox", "name", sb.name)
 			continue
 		}
 		out = append(out, sb)

@@ -594,6 +594,33 @@ func (s *Sandbox) Remove(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	return s.remove(ctx)
+}
+
+// removeIfEnded removes an auto-remove sandbox whose VM has run and
+// stopped, unless another process holds its lock (starting, stopping or
+// removing it). It reports whether it removed it.
+func (s *Sandbox) removeIfEnded(ctx context.Context) (bool, error) {
+	if !s.rec.Config.AutoRemove {
+		return false, nil
+	}
+	if st, err := vmm.Open(s.dir).State(); err != nil || st != vmm.StateStopped {
+		return false, err
+	}
+	l := flock.New(s.path(lockFile))
+	if ok, err := l.TryLock(); err != nil || !ok {
+		return false, err
+	}
+	defer l.Unlock()
+	// Checked again under the lock: it may have been started meanwhile.
+	if st, err := vmm.Open(s.dir).State(); err != nil || st != vmm.StateStopped {
+		return false, err
+	}
+	return true, s.remove(ctx)
+}
+
+// remove stops the sandbox and deletes it; its lock is held.
+func (s *Sandbox) remove(ctx context.Context) error {
 	if err := s.stop(ctx); err != nil {
 		return err
 	}

@@ -3,13 +3,17 @@ package hostapi
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gofrs/flock"
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
@@ -210,6 +214,55 @@ func mkdir(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// TestAutoRemove removes auto-remove sandboxes whose VM ran and stopped
+// when the program that started them could not (it was killed): the next
+// List or Create does, but not one never started, nor one whose lock
+// another process holds.
+func TestAutoRemove(t *testing.T) {
+	h, ref := testHost(t)
+	fresh, err := h.Create(t.Context(), Config{Name: "fresh", Image: ref, AutoRemove: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := started(t, h, Config{Name: "ended", Image: ref, AutoRemove: true})
+	kept := started(t, h, Config{Name: "kept", Image: ref})
+	busy := started(t, h, Config{Name: "busy", Image: ref, AutoRemove: true})
+	for _, sb := range []*Sandbox{ended, kept, busy} {
+		if err := sb.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// busy's lock is held, as by a krunbox starting it again.
+	l := flock.New(busy.path(lockFile))
+	if err := l.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	sbs, err := h.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, sb := range sbs {
+		names = append(names, sb.Name())
+	}
+	if want := []string{"busy", "fresh", "kept"}; !slices.Equal(names, want) {
+		t.Fatalf("List = %v, want %v", names, want)
+	}
+	if _, err := os.Stat(ended.Dir()); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the ended sandbox's directory: %v, want it gone", err)
+	}
+	l.Unlock()
+	if _, err := h.Create(t.Context(), Config{Name: "next", Image: ref}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Get("busy"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(busy) after a Create = %v, want ErrNotFound: Create removes ended auto-remove sandboxes", err)
+	}
+	if _, err := h.Get(fresh.Name()); err != nil {
+		t.Errorf("a never started auto-remove sandbox was removed: %v", err)
+	}
 }
 
 func TestConcurrentStartsStartOneVM(t *testing.T) {

@@ -63,6 +63,7 @@ removes the network.
 			if rm && cfg.IdleTimeout == 0 {
 				cfg.IdleTimeout = adhocIdleTimeout
 			}
+			cfg.AutoRemove = rm
 			h, err := newHost(s, uc)
 			if err != nil {
 				return err
@@ -109,7 +110,10 @@ func runInSandbox(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, argv
 		defer cancel()
 		var cerr error
 		if rm {
-			cerr = sb.Remove(cctx)
+			// Another krunbox may have removed it once its VM stopped.
+			if cerr = sb.Remove(cctx); errors.Is(cerr, hostapi.ErrNotFound) {
+				cerr = nil
+			}
 		} else {
 			cerr = sb.Stop(cctx)
 		}
