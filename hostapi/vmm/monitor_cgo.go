@@ -69,8 +69,9 @@ fail:
 }
 #endif
 
-// Records how the runner ended in <dir>/exit.json, as ExitStatus.
-static void kb_record(const char *dir, int status)
+// Records how the runner ended in <dir>/exit.json, as ExitStatus, and
+// returns its exit code (128+N for signal N).
+static int kb_record(const char *dir, int status)
 {
 	char sig[32] = "", ts[64], body[256], path[4096], tmp[4096];
 	int code = 1;
@@ -98,12 +99,14 @@ static void kb_record(const char *dir, int status)
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, body, n) != n || close(fd) < 0 || rename(tmp, path) < 0)
 		kb_say("record the exit status in %s: %s\n", path, errno);
+	return code;
 }
 
 // Runs before the Go runtime, in a process Start spawned as a VM runner:
 // the process forks, the child goes on to become the runner (the Go code,
 // in its own namespaces on Linux), and this parent stays behind in C as
-// the monitor: it waits for the runner, records its exit status and exits.
+// the monitor: it waits for the runner, records its exit status and exits
+// with the same code.
 // Forking here, single-threaded and before any Go code, costs a fork
 // instead of starting a second Go program.
 __attribute__((constructor)) static void kb_monitor(int argc, char **argv, char **envp)
@@ -136,8 +139,7 @@ __attribute__((constructor)) static void kb_monitor(int argc, char **argv, char 
 			break;
 		}
 	}
-	kb_record(dir, status);
-	_exit(0);
+	_exit(kb_record(dir, status)); // the VM's exit code
 }
 */
 import "C"

@@ -92,7 +92,13 @@ func Start(ctx context.Context, dir string, spec *Spec) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start VM runner: %w", err)
 	}
-	go cmd.Wait() // the monitor exits once the VM has stopped; reaped here while we live
+	// The monitor exits with the VM's code once the VM has stopped; reaped
+	// here while we live.
+	v.monitor = make(chan *os.ProcessState, 1)
+	go func() {
+		cmd.Wait()
+		v.monitor <- cmd.ProcessState
+	}()
 
 	// The runner writes one byte just before krun_start_enter; the pipe
 	// closes without it when the runner gives up first.

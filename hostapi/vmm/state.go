@@ -91,6 +91,9 @@ func (e *ExitStatus) String() string {
 // process can open the same directory and see the same VM.
 type VM struct {
 	dir string
+	// monitor has the runner process's exit status, for a VM this process
+	// started, once the VM has stopped.
+	monitor chan *os.ProcessState
 }
 
 // Open returns a handle on the VM whose state lives in dir.

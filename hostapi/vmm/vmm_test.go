@@ -186,6 +186,16 @@ func TestExitCodePropagation(t *testing.T) {
 			if es.Code != tt.want || es.Signal != "" {
 				t.Errorf("exit status %+v, want code %d", es, tt.want)
 			}
+			// The runner process, as its parent sees it, exits with the
+			// VM's code too.
+			select {
+			case ps := <-v.monitor:
+				if ps.ExitCode() != tt.want {
+					t.Errorf("the runner process exited with %d, want the VM's %d", ps.ExitCode(), tt.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("the runner process has not exited 10 s after the VM stopped")
+			}
 			if got := readFile(t, spec.ConsoleLog); !strings.Contains(got, tt.console) {
 				t.Errorf("console log %q, want %q", got, tt.console)
 			}
