@@ -248,7 +248,7 @@ func (e *LoadError) Hint() string {
 	if runtime.GOOS == "darwin" {
 		return "install libkrun (brew tap slp/krun && brew install libkrun), or set " + LibraryEnv + " to its file"
 	}
-	return "install libkrun (libkrun.so.1, version 1.17 or later) where the dynamic loader finds it, or set " + LibraryEnv + " to its file"
+	return "install libkrun (libkrun.so.1, 1.19 recommended, 1.17 at least) where the dynamic loader finds it, or set " + LibraryEnv + " to its file"
 }
 
 // Library is a loaded libkrun. It is never unloaded: libkrun keeps

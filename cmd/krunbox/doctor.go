@@ -138,7 +138,7 @@ func doctorLibkrun(c *checkList, r *vmm.ProbeReport, err error) {
 		return
 	}
 	if r.LoadErr != "" {
-		c.bad(true, "libkrun", errors.New(r.LoadErr), (&krun.LoadError{}).Hint())
+		c.bad(true, "libkrun", errors.New(r.LoadErr), r.LoadHint())
 		return
 	}
 	kind := ""

@@ -134,7 +134,7 @@ func Preflight(ctx context.Context, lib string) error {
 	case err != nil:
 		add(err, "the library crashed while being loaded: reinstall libkrun, or point "+krun.LibraryEnv+" at a working one")
 	case r.LoadErr != "":
-		add(errors.New(r.LoadErr), (&krun.LoadError{}).Hint())
+		add(errors.New(r.LoadErr), r.LoadHint())
 	case r.KrunfwErr != "" && !double:
 		add(fmt.Errorf("load libkrunfw: %s", r.KrunfwErr), "install libkrunfw, which holds the guest kernel libkrun boots")
 	case r.ContextErr != "" && len(r.Missing) == 0:

@@ -316,6 +316,17 @@ type ProbeReport struct {
 	ContextErr string `json:"context_error,omitempty"`
 	// LoadErr, when not empty, says why the library could not be loaded.
 	LoadErr string `json:"load_error,omitempty"`
+	// NoCgo says the library could not be loaded because this krunbox was
+	// built without cgo.
+	NoCgo bool `json:"no_cgo,omitempty"`
+}
+
+// LoadHint says how to fix what LoadErr reports.
+func (r *ProbeReport) LoadHint() string {
+	if r.NoCgo {
+		return "build krunbox with CGO_ENABLED=1 and a C compiler"
+	}
+	return (&krun.LoadError{}).Hint()
 }
 
 // probeMain loads libkrun (path, or the default search when "-"), runs it
@@ -327,7 +338,7 @@ func probeMain(path string) int {
 	var r ProbeReport
 	lib, err := krun.Open(path)
 	if err != nil {
-		r.LoadErr = err.Error()
+		r.LoadErr, r.NoCgo = err.Error(), errors.Is(err, krun.ErrNoCgo)
 	} else {
 		r.Library, r.TestDouble = lib.Path(), lib.IsTestDouble()
 		for _, f := range krun.AllFeatures() {
@@ -427,12 +438,19 @@ func crashSummary(err error, stderr string) string {
 		msg = msg[:i]
 	}
 	msg = strings.TrimSpace(msg)
-	if strings.Contains(msg, "SIGABRT: abort") {
+	if i := strings.Index(msg, "SIGABRT: abort"); i >= 0 {
 		// The Go runtime reports a C abort() as a crash, exit status 2.
-		msg = "the library aborted the process (SIGABRT): " + strings.TrimSpace(msg[:strings.Index(msg, "SIGABRT: abort")])
+		before := strings.TrimSpace(msg[:i])
+		msg = "the library aborted the process (SIGABRT)"
+		if before != "" {
+			msg += ": " + before
+		}
 	}
 	if len(msg) > 1000 {
 		msg = msg[:1000] + "..."
+	}
+	if msg == "" {
+		return fmt.Sprintf("%v, saying nothing", err)
 	}
 	return fmt.Sprintf("%v: %s", err, strings.ReplaceAll(msg, "\n", "; "))
 }

@@ -1,6 +1,7 @@
 package vmm
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -88,5 +89,35 @@ func TestSpecRoundTrip(t *testing.T) {
 	}
 	if err := WriteSpec(dir, &Spec{}); err == nil {
 		t.Error("WriteSpec stored an invalid spec")
+	}
+}
+
+func TestProbeReportLoadHint(t *testing.T) {
+	for _, tt := range []struct {
+		r    ProbeReport
+		want string
+	}{
+		{ProbeReport{LoadErr: "libkrun.so.1: cannot open shared object file"}, "install libkrun"},
+		{ProbeReport{LoadErr: "built without cgo", NoCgo: true}, "CGO_ENABLED=1"},
+	} {
+		if got := tt.r.LoadHint(); !strings.Contains(got, tt.want) {
+			t.Errorf("LoadHint of %+v = %q, want it to say %q", tt.r, got, tt.want)
+		}
+	}
+}
+
+func TestCrashSummary(t *testing.T) {
+	exit2 := errors.New("exit status 2")
+	for _, tt := range []struct {
+		name, stderr, want string
+	}{
+		{"silent", "", "exit status 2, saying nothing"},
+		{"message", "fatal: no memory\n\ngoroutine 1 [running]:\nmain.main()", "exit status 2: fatal: no memory"},
+		{"abort alone", "SIGABRT: abort\nPC=0x0 m=0 sigcode=0\n\ngoroutine 0 [idle]:", "exit status 2: the library aborted the process (SIGABRT)"},
+		{"abort with a message", "libkrun: bad state\nSIGABRT: abort\nPC=0x0\n\ngoroutine 0 [idle]:", "exit status 2: the library aborted the process (SIGABRT): libkrun: bad state"},
+	} {
+		if got := crashSummary(exit2, tt.stderr); got != tt.want {
+			t.Errorf("%s: crashSummary = %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }
