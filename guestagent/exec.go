@@ -3,8 +3,10 @@
 package guestagent
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -253,8 +255,13 @@ func (c *conn) exec(st *stream, req *protocol.ExecRequest) {
 	if err != nil {
 		sio.close()
 		e := errorFor("exec", spec.argv[0], err)
-		if errors.Is(err, syscall.ENOEXEC) {
+		switch {
+		case errors.Is(err, syscall.ENOEXEC):
 			e.Message = "not an executable format"
+		case errors.Is(err, syscall.ENOENT) && isFile(spec.path):
+			// The program is there: what execve did not find is the
+			// interpreter of its #! line or its dynamic loader.
+			e.Message = "no such file or directory: " + missingInterpreter(spec.path)
 		}
 		c.replyError(st, e)
 		return
@@ -424,4 +431,28 @@ func signalNum(name string) syscall.Signal {
 		name = "SIG" + name
 	}
 	return unix.SignalNum(name)
+}
+
+// isFile reports whether path is a regular file.
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// missingInterpreter says what an existing program that execve reports as
+// not found lacks: the interpreter its #! line names, or the dynamic loader
+// of an ELF binary.
+func missingInterpreter(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "its interpreter or dynamic loader is missing"
+	}
+	defer f.Close()
+	line, _ := bufio.NewReader(io.LimitReader(f, 256)).ReadString('\n')
+	if rest, ok := strings.CutPrefix(line, "#!"); ok {
+		if fields := strings.Fields(rest); len(fields) > 0 {
+			return fmt.Sprintf("its interpreter %s is missing", fields[0])
+		}
+	}
+	return "its interpreter or dynamic loader is missing (a dynamically linked program without its libc?)"
 }

@@ -119,7 +119,15 @@ func (e *StartError) Error() string {
 	if errors.As(e.Err, &re) {
 		msg = re.Message
 	}
-	return fmt.Sprintf("start: %s %s: %s", e.Op, e.Path, msg)
+	switch e.Op {
+	case "exec":
+		return fmt.Sprintf("cannot run %s: %s", e.Path, msg)
+	case "chdir":
+		return fmt.Sprintf("cannot run in %s: %s", e.Path, msg)
+	case "user":
+		return fmt.Sprintf("cannot run as %s: %s", e.Path, msg)
+	}
+	return fmt.Sprintf("cannot start: %s %s: %s", e.Op, e.Path, msg)
 }
 
 func (e *StartError) Unwrap() error {

@@ -93,6 +93,8 @@ func TestStartErrors(t *testing.T) {
 	os.WriteFile(badFormat, []byte("\x00\x01\x02 not a program"), 0o755)
 	aFile := filepath.Join(dir, "file")
 	os.WriteFile(aFile, nil, 0o644)
+	noInterp := filepath.Join(dir, "no-interpreter")
+	os.WriteFile(noInterp, []byte("#!/no/such/interpreter -x\n"), 0o755)
 	c, _ := newTestClient(t, nil)
 	ctx := testContext(t)
 	tests := []struct {
@@ -100,14 +102,18 @@ func TestStartErrors(t *testing.T) {
 		cmd    Cmd
 		op     string
 		target error
+		msg    string
 	}{
-		{"not found in PATH", Command("no-such-program-krunbox"), "exec", fs.ErrNotExist},
-		{"not found by path", Command(filepath.Join(dir, "missing")), "exec", fs.ErrNotExist},
-		{"not executable", Command(notExec), "exec", fs.ErrPermission},
-		{"not a program", Command(badFormat), "exec", syscall.ENOEXEC},
-		{"missing cwd", Cmd{Args: []string{"true"}, Dir: filepath.Join(dir, "nope")}, "chdir", fs.ErrNotExist},
-		{"cwd is a file", Cmd{Args: []string{"true"}, Dir: aFile}, "chdir", syscall.ENOTDIR},
-		{"unknown user", Cmd{Args: []string{"true"}, User: "no-such-user-krunbox"}, "user", ErrUnknownUser},
+		{"interpreter missing", Command(noInterp), "exec", fs.ErrNotExist, "cannot run " + noInterp + ": no such file or directory: its interpreter /no/such/interpreter is missing"},
+		{"not found message", Command("no-such-program-krunbox"), "exec", fs.ErrNotExist, "cannot run no-such-program-krunbox: executable file not found in $PATH"},
+		{"missing cwd message", Cmd{Args: []string{"true"}, Dir: "/no/such/dir"}, "chdir", fs.ErrNotExist, "cannot run in /no/such/dir: "},
+		{"not found in PATH", Command("no-such-program-krunbox"), "exec", fs.ErrNotExist, "cannot run "},
+		{"not found by path", Command(filepath.Join(dir, "missing")), "exec", fs.ErrNotExist, "cannot run "},
+		{"not executable", Command(notExec), "exec", fs.ErrPermission, "cannot run "},
+		{"not a program", Command(badFormat), "exec", syscall.ENOEXEC, "cannot run "},
+		{"missing cwd", Cmd{Args: []string{"true"}, Dir: filepath.Join(dir, "nope")}, "chdir", fs.ErrNotExist, "cannot run in "},
+		{"cwd is a file", Cmd{Args: []string{"true"}, Dir: aFile}, "chdir", syscall.ENOTDIR, "cannot run in "},
+		{"unknown user", Cmd{Args: []string{"true"}, User: "no-such-user-krunbox"}, "user", ErrUnknownUser, "cannot run as no-such-user-krunbox: "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,6 +127,9 @@ func TestStartErrors(t *testing.T) {
 			}
 			if se.Op != tt.op || !errors.Is(err, tt.target) {
 				t.Errorf("StartError %q (op %q), want op %q and errors.Is %v", err, se.Op, tt.op, tt.target)
+			}
+			if !strings.HasPrefix(err.Error(), tt.msg) {
+				t.Errorf("message %q, want it to start with %q", err, tt.msg)
 			}
 			var ee *ExitError
 			if errors.As(err, &ee) {
