@@ -363,17 +363,26 @@ func (a *Applier) whiteout(parent, base string) error {
 		return fmt.Errorf("invalid whiteout %q", base)
 	}
 	target := path.Join(parent, name)
-	if a.isWritten(target) {
-		// Whiteouts only hide lower layers, not entries of their own layer.
-		return nil
-	}
 	pfd, err := a.lookupDir(parent)
 	if err == unix.ENOENT || err == unix.ENOTDIR {
 		return nil // nothing to hide
 	} else if err != nil {
 		return fmt.Errorf("whiteout %q: %w", target, err)
 	}
-	return a.remove(pfd, name)
+	if !a.isWritten(target) {
+		return a.remove(pfd, name)
+	}
+	// Whiteouts only hide lower layers, not entries of their own layer,
+	// whatever their order: a file this layer wrote stays, and a directory
+	// this layer wrote (or wrote into) loses only what lower layers had in
+	// it, as with an opaque marker.
+	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOTDIR || err == unix.ELOOP || err == unix.ENOENT {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("whiteout %q: %w", target, err)
+	}
+	return a.clearLower(fd, target)
 }
 
 // opaque hides every lower-layer child of dir, recursively, keeping what the

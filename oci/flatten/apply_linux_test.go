@@ -60,8 +60,8 @@ func TestApplyRulesAsRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRules(t, root, testimage.WantRules(), true)
-	if st.Hardlinks != 2 || st.Whiteouts != 7 {
-		t.Errorf("stats %+v: want 2 hard links and 7 whiteouts", st)
+	if st.Hardlinks != 2 || st.Whiteouts != 8 {
+		t.Errorf("stats %+v: want 2 hard links and 8 whiteouts", st)
 	}
 }
 
