@@ -198,9 +198,13 @@ func (a *Applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	}
 	switch hdr.Typeflag {
 	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo, tar.TypeChar, tar.TypeBlock:
+	case tar.TypeGNUSparse, tar.TypeCont:
+		// Regular files: archive/tar expands the holes of old GNU sparse
+		// files, and POSIX says contiguous files are regular files to
+		// readers that do not support them.
 	default:
-		slog.Debug("skipping tar entry of unsupported type", "name", hdr.Name, "type", string(hdr.Typeflag))
-		return nil
+		// Dropping it would change the image without a trace.
+		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
 	}
 	pfd, err := a.mkdirAll(parent)
 	if err != nil {
@@ -210,7 +214,7 @@ func (a *Applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return a.dir(pfd, parent, base, hdr)
-	case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
+	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont: // the reader turns the old TypeRegA into TypeReg
 		return a.file(pfd, base, hdr, tr)
 	case tar.TypeSymlink:
 		return a.symlink(pfd, base, hdr)
