@@ -397,6 +397,11 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 			if errors.As(err, &le) {
 				return a.Stats(), &LimitsError{LimitError: le}
 			}
+			var be *BlobError
+			var de *DiffIDError
+			if errors.As(err, &be) || errors.As(err, &de) {
+				return a.Stats(), err // it names the layer
+			}
 			return a.Stats(), fmt.Errorf("layer %s: %w", specs[i].desc.Digest, err)
 		}
 		report(i, LayerApplied, specs[i].desc.Size)

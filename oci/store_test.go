@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/compression"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -362,6 +363,86 @@ func TestPullCorruptAndInterruptedBlobs(t *testing.T) {
 			checkTree(t, got.Rootfs, wantTree())
 		})
 	}
+}
+
+// TestPullDiffIDMismatch pulls an image whose config lists a wrong diff_id
+// for a layer: the pull fails naming the layer and both digests, leaves
+// nothing half-made, and keeps the (valid) layer blob, so that pulling
+// again fails the same way instead of blaming the cache.
+func TestPullDiffIDMismatch(t *testing.T) {
+	img := rulesImage(t, "")
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	wrong, _, _ := v1.SHA256(strings.NewReader("not the layer"))
+	cf.RootFS.DiffIDs[1] = wrong
+	broken, err := mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := broken.Layers()
+	layer, _ := layers[1].Digest()
+	diffID, _ := layers[1].DiffID()
+	ref := testimage.Serve(t, broken)
+	s := openStore(t)
+	for _, attempt := range []string{"first pull", "pull again, layer cached"} {
+		_, err := s.Pull(t.Context(), ref)
+		var de *oci.DiffIDError
+		if !errors.As(err, &de) || de.Layer != layer || de.DiffID != wrong || de.Got != diffID {
+			t.Fatalf("%s: %v, want a DiffIDError for layer %s (config %s, content %s)", attempt, err, layer, wrong, diffID)
+		}
+		for _, want := range []string{layer.String(), wrong.String(), diffID.String(), "config and layer", "broken at its source"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not say %q", attempt, err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "damaged") {
+			t.Errorf("%s: error %q blames the cache", attempt, err)
+		}
+		if _, err := os.Stat(filepath.Join(s.Dir(), "blobs", "sha256", layer.Hex)); err != nil {
+			t.Errorf("%s: the valid layer blob left the cache: %v", attempt, err)
+		}
+		checkClean(t, s, false)
+	}
+}
+
+// TestPullDamagedCachedBlob damages a cached layer blob: flattening from the
+// cache fails naming it and drops it, and a pull allowed to use the
+// network fetches it again.
+func TestPullDamagedCachedBlob(t *testing.T) {
+	img := rulesImage(t, "")
+	ref := testimage.Serve(t, img)
+	s := openStore(t)
+	got, err := s.Pull(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	layer, _ := layers[0].Digest()
+	blob := filepath.Join(s.Dir(), "blobs", "sha256", layer.Hex)
+	b, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff // same size: only the digest shows it
+	if err := os.WriteFile(blob, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	damageStaleTree(t, got)
+	_, err = s.Pull(t.Context(), ref, oci.WithPolicy(oci.PullNever))
+	if err == nil || !strings.Contains(err.Error(), layer.String()) || !strings.Contains(err.Error(), "damaged and has been removed") {
+		t.Fatalf("pull from a damaged cache: %v, want an error naming blob %s as damaged", err, layer)
+	}
+	if _, err := os.Stat(blob); !os.IsNotExist(err) {
+		t.Errorf("the damaged blob is still cached: %v", err)
+	}
+	again, err := s.Pull(t.Context(), ref)
+	if err != nil {
+		t.Fatalf("pull after the damaged blob was dropped: %v", err)
+	}
+	checkTree(t, again.Rootfs, wantTree())
 }
 
 func TestPullPlatforms(t *testing.T) {
