@@ -61,8 +61,8 @@ func TestApplyRulesAsRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRules(t, root, testimage.WantRules(), true)
-	if st.Hardlinks != 2 || st.Whiteouts != 8 {
-		t.Errorf("stats %+v: want 2 hard links and 8 whiteouts", st)
+	if st.Hardlinks != 4 || st.Whiteouts != 8 {
+		t.Errorf("stats %+v: want 4 hard links and 8 whiteouts", st)
 	}
 }
 
@@ -307,5 +307,53 @@ func TestApplyContiguousFile(t *testing.T) {
 	}
 	if n := testimage.ReadTree(t, root)["c"]; n.Type != "file" || n.Body != "hi" || n.Mode.Perm() != 0o640 {
 		t.Errorf("contiguous file: %v; want a regular file -rw-r----- holding hi", n)
+	}
+}
+
+// TestApplyDoesNotWriteThroughHostHardLinks applies entries over a file of
+// the root that is a hard link to a host file (a tree made by other means
+// than this package, say): every kind of entry replaces the link, and
+// nothing reaches the host file's content, mode, owner or times.
+func TestApplyDoesNotWriteThroughHostHardLinks(t *testing.T) {
+	victim := newVictim(t)
+	tests := []struct {
+		name  string
+		entry testimage.Entry
+	}{
+		{"file", testimage.File("planted", "overwritten", 0o4777, testimage.Owner(123, 456), testimage.Xattr("user.planted", "x"))},
+		{"directory", testimage.Dir("planted", 0o777)},
+		{"symlink", testimage.Symlink("planted", "/elsewhere")},
+		{"hard link", testimage.Hardlink("planted", "other")},
+		{"fifo", testimage.Fifo("planted", 0o777)},
+		{"whiteout", testimage.Whiteout("planted")},
+	}
+	for _, tt := range tests {
+		for _, rootless := range []bool{false, true} {
+			name := tt.name
+			if rootless {
+				name += "/rootless"
+			}
+			t.Run(name, func(t *testing.T) {
+				root := newRoot(t)
+				if err := os.Link(filepath.Join(victim, "secret"), filepath.Join(root, "planted")); err != nil {
+					t.Skipf("cannot hard link the host file into the root: %v", err)
+				}
+				before := testimage.ReadTree(t, victim)
+				layers := [][]testimage.Entry{{testimage.File("other", "other", 0o644), tt.entry}}
+				if _, err := applyAll(t, root, Options{Rootless: rootless || os.Geteuid() != 0}, layers); err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range testimage.CompareTrees(before, testimage.ReadTree(t, victim), true, true) {
+					t.Errorf("the host file changed through the hard link: %s", d)
+				}
+				var st syscall.Stat_t
+				if err := syscall.Lstat(filepath.Join(victim, "secret"), &st); err != nil || st.Nlink != 1 {
+					t.Errorf("host file: %d links, %v; want 1 (the root's alias replaced)", st.Nlink, err)
+				}
+				if n, err := syscall.Listxattr(filepath.Join(victim, "secret"), make([]byte, 1024)); n != 0 {
+					t.Errorf("extended attributes set on the host file (%d bytes of names, %v)", n, err)
+				}
+			})
+		}
 	}
 }
