@@ -559,6 +559,37 @@ func TestListRemovePrune(t *testing.T) {
 	_ = imgA
 }
 
+// makeLeftovers puts in the store's tmp/ what a killed pull leaves: a
+// partial blob and a partial tree, 1500 bytes in all.
+func makeLeftovers(t *testing.T, dir string) {
+	t.Helper()
+	tree := filepath.Join(dir, "tmp", "rootfs-0123456789ab-42", "rootfs", "etc")
+	if err := os.MkdirAll(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for p, n := range map[string]int{filepath.Join(tree, "f"): 1000, filepath.Join(dir, "tmp", "blob-0123456789ab-43"): 500} {
+		if err := os.WriteFile(p, make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/", filepath.Join(tree, "link")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPruneCountsLeftovers(t *testing.T) {
+	s := openStore(t)
+	makeLeftovers(t, s.Dir())
+	freed, err := s.Prune(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if freed.Leftovers != 2 || freed.Bytes != 1500 {
+		t.Errorf("prune: %+v; want 2 leftovers of 1500 bytes", freed)
+	}
+	checkClean(t, s, false)
+}
+
 func TestExport(t *testing.T) {
 	ref := testimage.Serve(t, rulesImage(t, ""))
 	s := openStore(t)

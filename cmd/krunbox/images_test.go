@@ -123,3 +123,20 @@ func TestProgressOnTerminal(t *testing.T) {
 		t.Errorf("terminal progress does not redraw two layer lines: %q", buf.String())
 	}
 }
+
+func TestPruneSaysWhatInterruptedPullsLeft(t *testing.T) {
+	t.Setenv("KRUNBOX_HOME", t.TempDir())
+	store, err := openImageStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, n := range map[string]int{"blob-0123456789ab-1": 1000, "images.json.2": 500} {
+		if err := os.WriteFile(filepath.Join(store.Dir(), "tmp", p), make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := runCLI(t, "prune")
+	if code != 0 || !strings.Contains(out, "Freed 1.5 kB: 0 root file systems, 0 blobs, 2 leftovers of interrupted pulls") {
+		t.Errorf("prune: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

@@ -48,11 +48,15 @@ func newRmiCmd(s *streams) *cobra.Command {
 }
 
 func printFreed(w io.Writer, f oci.Freed) error {
-	if len(f.Trees) == 0 && f.Blobs == 0 {
+	if len(f.Trees) == 0 && f.Blobs == 0 && f.Leftovers == 0 {
 		_, err := fmt.Fprintln(w, "Nothing to free")
 		return err
 	}
-	_, err := fmt.Fprintf(w, "Freed %s: %d root file systems, %d blobs\n", humanSize(f.Bytes), len(f.Trees), f.Blobs)
+	what := fmt.Sprintf("%d root file systems, %d blobs", len(f.Trees), f.Blobs)
+	if f.Leftovers > 0 {
+		what += fmt.Sprintf(", %d leftovers of interrupted pulls", f.Leftovers)
+	}
+	_, err := fmt.Fprintf(w, "Freed %s: %s\n", humanSize(f.Bytes), what)
 	return err
 }
 
