@@ -93,6 +93,9 @@ func TestPullErrors(t *testing.T) {
 		{"no such platform", []string{"pull", "--platform", "linux/s390x", ref}, "has no image for linux/s390x"},
 		{"no reference", []string{"pull"}, "needs an image reference"},
 		{"export needs two", []string{"export", ref}, "needs an image reference and a directory"},
+		{"negative max-size", []string{"pull", "--max-size", "-5", ref}, "--max-size -5: want a positive limit"},
+		{"negative max-files", []string{"pull", "--max-files=-1", ref}, "--max-files -1: want a positive limit"},
+		{"export, negative max-size", []string{"export", "--max-size", "-5", ref, t.TempDir()}, "--max-size -5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
