@@ -15,7 +15,22 @@ import (
 
 // InUse reports whether the flattened tree of a manifest digest is still
 // used (by a sandbox, say) and must be kept. A nil InUse keeps nothing.
+//
+// Remove and Prune call it only while they hold the store's lock
+// exclusively, when no Pull, Rootfs or Hold is under way: an InUse that
+// looks at its users when first called (rather than one made before
+// Remove or Prune was) sees every user recorded under a Hold.
 type InUse func(manifest v1.Hash) bool
+
+// Hold keeps Remove and Prune from running until release is called, as a
+// Pull does while it runs; pulls, Rootfs and other holds may run meanwhile.
+// Take it before Pull or Rootfs and release it once their caller has
+// recorded that it uses the image (where the InUse it gives Remove and
+// Prune will see it), so that the image cannot be removed in between. Do
+// not call Remove or Prune while holding it: they would wait for it.
+func (s *Store) Hold(ctx context.Context) (release func(), err error) {
+	return lockFile(ctx, s.path("locks", "store.lock"), false)
+}
 
 // Freed says what Remove or Prune deleted.
 type Freed struct {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/compression"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -557,6 +558,58 @@ func TestListRemovePrune(t *testing.T) {
 		}
 	}
 	_ = imgA
+}
+
+// TestHoldKeepsImagesFromRemoval checks what lets a caller record that it
+// uses an image before Remove or Prune can delete it: they wait while a
+// Hold is held, and call InUse only under the store's exclusive lock.
+func TestHoldKeepsImagesFromRemoval(t *testing.T) {
+	ref := testimage.Serve(t, rulesImage(t, ""))
+	s := openStore(t)
+	release, err := s.Hold(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := s.Pull(t.Context(), ref) // a pull runs under a hold
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, gc := range map[string]func(context.Context) error{
+		"remove": func(ctx context.Context) error { _, err := s.Remove(ctx, ref, nil); return err },
+		"prune":  func(ctx context.Context) error { _, err := s.Prune(ctx, nil); return err },
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		err := gc(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s during a hold: %v, want it to wait until its context ends", name, err)
+		}
+	}
+	if _, err := os.Stat(img.Rootfs); err != nil {
+		t.Fatalf("the tree went during a hold: %v", err)
+	}
+	release()
+
+	var calls, unlocked int
+	inUse := func(v1.Hash) bool {
+		calls++
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		defer cancel()
+		if release, err := s.Hold(ctx); err == nil {
+			unlocked++
+			release()
+		}
+		return true
+	}
+	if _, err := s.Remove(t.Context(), ref, inUse); err != nil {
+		t.Fatal(err)
+	}
+	if calls == 0 || unlocked != 0 {
+		t.Errorf("InUse called %d times, %d of them without the store locked; want it called, always under the lock", calls, unlocked)
+	}
+	if _, err := os.Stat(img.Rootfs); err != nil {
+		t.Errorf("the tree InUse claimed was removed: %v", err)
+	}
 }
 
 // makeLeftovers puts in the store's tmp/ what a killed pull leaves: a

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"sync"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/cobra"
 
 	"github.com/krunbox/krunbox/hostapi"
@@ -25,18 +27,21 @@ func newRmiCmd(s *streams) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, inUse, err := openImageStoreInUse()
+			store, images, err := openImageStoreInUse()
 			if err != nil {
 				return err
 			}
 			var total oci.Freed
 			for _, ref := range args {
-				freed, err := store.Remove(cmd.Context(), ref, inUse)
+				freed, err := store.Remove(cmd.Context(), ref, images.inUse())
 				if err != nil {
 					return err
 				}
 				for _, name := range freed.Images {
 					fmt.Fprintf(s.out, "Removed %s\n", name)
+				}
+				if images.err != nil {
+					return images.err
 				}
 				total.Trees = append(total.Trees, freed.Trees...)
 				total.Blobs += freed.Blobs
@@ -60,17 +65,42 @@ func printFreed(w io.Writer, f oci.Freed) error {
 	return err
 }
 
-// openImageStoreInUse opens the image cache and says which images the
-// sandboxes use, so that rmi and prune keep them.
-func openImageStoreInUse() (*oci.Store, oci.InUse, error) {
+// openImageStoreInUse opens the image cache, with what says which images
+// the sandboxes use, so that rmi and prune keep them.
+func openImageStoreInUse() (*oci.Store, *sandboxImages, error) {
 	h, err := hostapi.NewHost()
 	if err != nil {
 		return nil, nil, err
 	}
-	inUse, err := h.ImagesInUse()
+	store, err := h.Images()
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := h.Images()
-	return store, inUse, err
+	return store, &sandboxImages{h: h}, nil
+}
+
+// sandboxImages says which images the sandboxes use, for Store.Remove and
+// Store.Prune. The sandboxes are listed when those first ask, which they
+// do under the store's exclusive lock: a sandbox whose image was pulled
+// while rmi waited for the lock counts, where a list made before would miss
+// it and its image would be deleted under it.
+type sandboxImages struct {
+	h   *hostapi.Host
+	err error // why the sandboxes could not be listed, if they could not
+}
+
+// inUse returns an oci.InUse that lists the sandboxes once, when first
+// called. When they cannot be listed it keeps every image and sets err.
+func (si *sandboxImages) inUse() oci.InUse {
+	var once sync.Once
+	var used oci.InUse
+	return func(d v1.Hash) bool {
+		once.Do(func() {
+			var err error
+			if used, err = si.h.ImagesInUse(); err != nil && si.err == nil {
+				si.err = fmt.Errorf("images kept, since the sandboxes that may use them cannot be listed: %w", err)
+			}
+		})
+		return used == nil || used(d)
+	}
 }
