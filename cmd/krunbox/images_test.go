@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,26 +83,40 @@ func TestPullImagesExportRmiPrune(t *testing.T) {
 
 func TestPullErrors(t *testing.T) {
 	ref := imageCLIEnv(t)
+	notTar := filepath.Join(t.TempDir(), "not.tar")
+	if err := os.WriteFile(notTar, []byte("not a tarball"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
 		want string
+		hint string // in the hint line, when not empty
 	}{
-		{"never, not cached", []string{"pull", "--policy", "never", ref}, "not found"},
-		{"bad policy", []string{"pull", "--policy", "sometimes", ref}, "pull policy"},
-		{"bad platform", []string{"pull", "--platform", "amd64", ref}, "platform"},
-		{"no such platform", []string{"pull", "--platform", "linux/s390x", ref}, "has no image for linux/s390x"},
-		{"no reference", []string{"pull"}, "needs an image reference"},
-		{"export needs two", []string{"export", ref}, "needs an image reference and a directory"},
-		{"negative max-size", []string{"pull", "--max-size", "-5", ref}, "--max-size -5: want a positive limit"},
-		{"negative max-files", []string{"pull", "--max-files=-1", ref}, "--max-files -1: want a positive limit"},
-		{"export, negative max-size", []string{"export", "--max-size", "-5", ref, t.TempDir()}, "--max-size -5"},
+		{"never, not cached", []string{"pull", "--policy", "never", ref}, "not found", "krunbox pull " + ref + "), or pull without --policy never"},
+		{"bad policy", []string{"pull", "--policy", "sometimes", ref}, "pull policy", ""},
+		{"bad platform", []string{"pull", "--platform", "amd64", ref}, "platform", ""},
+		{"no such platform", []string{"pull", "--platform", "linux/s390x", ref}, "has no image for linux/s390x", "--platform"},
+		{"no reference", []string{"pull"}, "needs an image reference", ""},
+		{"export needs two", []string{"export", ref}, "needs an image reference and a directory", ""},
+		{"negative max-size", []string{"pull", "--max-size", "-5", ref}, "--max-size -5: want a positive limit", ""},
+		{"negative max-files", []string{"pull", "--max-files=-1", ref}, "--max-files -1: want a positive limit", ""},
+		{"export, negative max-size", []string{"export", "--max-size", "-5", ref, t.TempDir()}, "--max-size -5", ""},
+		{"bad reference", []string{"pull", "UPPER/case"}, `invalid image reference "UPPER/case"`, "references look like alpine, alpine:3.20,"},
+		{"rmi, bad reference", []string{"rmi", "a b"}, `invalid image reference "a b"`, "references look like"},
+		{"no OCI layout", []string{"pull", "oci:/nonexistent"}, "read OCI layout /nonexistent", "OCI image layout directory"},
+		{"not a docker archive", []string{"pull", "docker-archive:" + notTar}, "read docker archive " + notTar, "'docker save -o FILE IMAGE'"},
+		{"registry down", []string{"pull", closedPort(t) + "/img"}, "connection refused", "check the registry name"},
+		{"rmi, not cached", []string{"rmi", "nosuch"}, "nosuch: image not found", "'krunbox images' lists"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, errOut := runCLI(t, tt.args...)
 			if code != ExitKrunbox || !strings.Contains(errOut, tt.want) {
 				t.Errorf("code %d, stderr %q; want %d and %q", code, errOut, ExitKrunbox, tt.want)
+			}
+			if _, hint, ok := strings.Cut(errOut, "\nhint: "); tt.hint != "" && (!ok || !strings.Contains(hint, tt.hint)) {
+				t.Errorf("stderr %q: want a hint line saying %q", errOut, tt.hint)
 			}
 		})
 	}
@@ -142,4 +157,16 @@ func TestPruneSaysWhatInterruptedPullsLeft(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "Freed 1.5 kB: 0 root file systems, 0 blobs, 2 leftovers of interrupted pulls") {
 		t.Errorf("prune: code %d, stdout %q, stderr %q", code, out, errOut)
 	}
+}
+
+// closedPort returns "127.0.0.1:PORT" where nothing listens.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }

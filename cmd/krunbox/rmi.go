@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -34,6 +35,9 @@ func newRmiCmd(s *streams) *cobra.Command {
 			var total oci.Freed
 			for _, ref := range args {
 				freed, err := store.Remove(cmd.Context(), ref, images.inUse())
+				if errors.Is(err, oci.ErrNotFound) {
+					return withHint(err, "'krunbox images' lists the cached images; rmi takes a reference as pulled or (part of) a digest")
+				}
 				if err != nil {
 					return err
 				}
