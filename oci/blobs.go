@@ -206,13 +206,45 @@ func decompress(ctx context.Context, s *Store, b *blobFetch, sp layerSpec, pipe 
 			err = b.err
 		}
 	}
-	if err != nil && b.isCached() && !errors.Is(err, context.Canceled) {
+	if err != nil && b.isCached() && !errors.Is(err, context.Canceled) && !s.blobIntact(sp.desc) {
 		// The cached copy is damaged: drop it so that the next pull
-		// fetches it again.
+		// fetches it again. An intact one stays: its content is what
+		// the image's source has, and fetching it again cannot help.
 		os.Remove(s.blobPath(sp.desc.Digest))
 		err = fmt.Errorf("%w (the cached copy was damaged and has been removed: pull again)", err)
 	}
 	pipe.finish(err)
+}
+
+// blobIntact reports whether the cached blob of desc has its size and
+// digest.
+func (s *Store) blobIntact(desc v1.Descriptor) bool {
+	f, err := os.Open(s.blobPath(desc.Digest))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h, n, err := v1.SHA256(f)
+	return err == nil && n == desc.Size && h == desc.Digest
+}
+
+// DiffIDError reports a layer whose uncompressed content does not have the
+// digest (diff_id) the image's config lists for it. The layer blob itself
+// has the digest the manifest says: the image is broken at its source.
+type DiffIDError struct {
+	Layer  v1.Hash // the layer's (compressed) digest, from the manifest
+	DiffID v1.Hash // its diff_id, from the image config
+	Got    v1.Hash // the digest of its uncompressed content
+}
+
+func (e *DiffIDError) Error() string {
+	return fmt.Sprintf("the image's config and layer %s disagree: the config says its uncompressed digest (diff_id) is %s, but it is %s; the image is broken at its source",
+		e.Layer, e.DiffID, e.Got)
+}
+
+// Hint tells the user what to do.
+func (e *DiffIDError) Hint() string {
+	return "pulling again will not help: the image must be rebuilt or pushed again by whoever publishes it"
 }
 
 func (b *blobFetch) isCached() bool {
@@ -267,7 +299,7 @@ func decompressTo(ctx context.Context, b *blobFetch, sp layerSpec, pipe *chunkPi
 	}
 	got := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
 	if got != sp.diffID {
-		return &BlobError{Digest: sp.desc.Digest, Err: fmt.Errorf("uncompressed content has digest %s, but the image config says %s", got, sp.diffID)}
+		return &DiffIDError{Layer: sp.desc.Digest, DiffID: sp.diffID, Got: got}
 	}
 	return nil
 }

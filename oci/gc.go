@@ -15,14 +15,32 @@ import (
 
 // InUse reports whether the flattened tree of a manifest digest is still
 // used (by a sandbox, say) and must be kept. A nil InUse keeps nothing.
+//
+// Remove and Prune call it only while they hold the store's lock
+// exclusively, when no Pull, Rootfs or Hold is under way: an InUse that
+// looks at its users when first called (rather than one made before
+// Remove or Prune was) sees every user recorded under a Hold.
 type InUse func(manifest v1.Hash) bool
+
+// Hold keeps Remove and Prune from running until release is called, as a
+// Pull does while it runs; pulls, Rootfs and other holds may run meanwhile.
+// Take it before Pull or Rootfs and release it once their caller has
+// recorded that it uses the image (where the InUse it gives Remove and
+// Prune will see it), so that the image cannot be removed in between. Do
+// not call Remove or Prune while holding it: they would wait for it.
+func (s *Store) Hold(ctx context.Context) (release func(), err error) {
+	return lockFile(ctx, s.path("locks", "store.lock"), false)
+}
 
 // Freed says what Remove or Prune deleted.
 type Freed struct {
 	Images []string  // records removed (Remove only), by name and platform
 	Trees  []v1.Hash // flattened trees deleted, by manifest digest
 	Blobs  int       // blobs deleted
-	Bytes  int64     // bytes of blobs and tree file content deleted
+	// Leftovers counts what interrupted pulls left in the store's tmp/
+	// (Prune only): partial blobs and trees.
+	Leftovers int
+	Bytes     int64 // bytes of blobs, tree file content and leftovers deleted
 }
 
 // Remove deletes the records matching ref (a reference, a manifest digest
@@ -121,12 +139,32 @@ func (s *Store) Prune(ctx context.Context, inUse InUse) (Freed, error) {
 			if dir == "locks" && !strings.HasPrefix(e.Name(), "blob-") && !strings.HasPrefix(e.Name(), "rootfs-") {
 				continue
 			}
-			if err := os.RemoveAll(s.path(dir, e.Name())); err != nil {
+			p := s.path(dir, e.Name())
+			if dir == "tmp" {
+				freed.Leftovers++
+				freed.Bytes += diskUsage(p)
+			}
+			if err := os.RemoveAll(p); err != nil {
 				return freed, err
 			}
 		}
 	}
 	return freed, nil
+}
+
+// diskUsage is the size of the regular files at or under p, not following
+// symbolic links; what cannot be read counts as nothing.
+func diskUsage(p string) int64 {
+	var n int64
+	filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // collect deletes the candidate trees and blobs that r does not reference

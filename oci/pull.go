@@ -136,7 +136,7 @@ func (s *Store) Pull(ctx context.Context, ref string, opts ...PullOption) (*Imag
 			}
 			slog.Info("cached image incomplete, pulling again", "image", src.name, "err", err)
 		} else if o.policy == PullNever {
-			return nil, fmt.Errorf("%s (for %s): %w, and the pull policy is never", src.name, o.platform.String(), ErrNotFound)
+			return nil, &NotCachedError{Ref: ref, Name: src.name, Platform: o.platform}
 		}
 	}
 	f, err := s.fetch(ctx, src, o.platform)
@@ -149,6 +149,30 @@ func (s *Store) Pull(ctx context.Context, ref string, opts ...PullOption) (*Imag
 	}
 	img.Ref = ref
 	return img, nil
+}
+
+// NotCachedError reports an image that is not in the cache when the pull
+// policy is PullNever. It wraps ErrNotFound.
+type NotCachedError struct {
+	Ref      string // as given to Pull
+	Name     string // normalized
+	Platform v1.Platform
+}
+
+func (e *NotCachedError) Error() string {
+	return fmt.Sprintf("%s (for %s): %v, and the pull policy is never", e.Name, e.Platform.String(), ErrNotFound)
+}
+
+// Unwrap returns ErrNotFound.
+func (e *NotCachedError) Unwrap() error { return ErrNotFound }
+
+// Hint tells the user how to get the image.
+func (e *NotCachedError) Hint() string {
+	pull := "krunbox pull " + e.Ref
+	if !e.Platform.Equals(HostPlatform()) {
+		pull = "krunbox pull --platform " + e.Platform.String() + " " + e.Ref
+	}
+	return "pull it first (" + pull + "), or pull without --policy never"
 }
 
 // layerSpec is one layer to fetch and apply.
@@ -396,6 +420,11 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 			var le *flatten.LimitError
 			if errors.As(err, &le) {
 				return a.Stats(), &LimitsError{LimitError: le}
+			}
+			var be *BlobError
+			var de *DiffIDError
+			if errors.As(err, &be) || errors.As(err, &de) {
+				return a.Stats(), err // it names the layer
 			}
 			return a.Stats(), fmt.Errorf("layer %s: %w", specs[i].desc.Digest, err)
 		}

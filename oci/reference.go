@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -73,7 +75,7 @@ func parseSource(s string) (source, error) {
 		if r != "" {
 			tag, err := name.NewTag(r)
 			if err != nil {
-				return source{}, fmt.Errorf("reference %q: %w", s, err)
+				return source{}, &ReferenceError{Ref: s, Err: err}
 			}
 			src.ref = tag
 			src.name += ":" + tag.Name()
@@ -82,17 +84,36 @@ func parseSource(s string) (source, error) {
 	default:
 		ref, err := name.ParseReference(s)
 		if err != nil {
-			return source{}, fmt.Errorf("reference %q: %w", s, err)
+			return source{}, &ReferenceError{Ref: s, Err: err}
 		}
 		return source{kind: registrySource, name: ref.Name(), ref: ref}, nil
 	}
+}
+
+// ReferenceError reports an image reference that cannot be parsed.
+type ReferenceError struct {
+	Ref string
+	Err error
+}
+
+func (e *ReferenceError) Error() string {
+	return fmt.Sprintf("invalid image reference %q: %v", e.Ref, e.Err)
+}
+
+// Unwrap returns the parser's error.
+func (e *ReferenceError) Unwrap() error { return e.Err }
+
+// Hint shows valid references.
+func (e *ReferenceError) Hint() string {
+	return "references look like alpine, alpine:3.20, ghcr.io/owner/image@sha256:<digest>, 127.0.0.1:5000/image:tag, " +
+		"oci:DIR[:TAG] or docker-archive:FILE[:REF] (see 'krunbox pull --help')"
 }
 
 // offlinePath splits PREFIX:PATH[:REST] into the absolute PATH and REST.
 func offlinePath(s, prefix string) (abs, rest string, err error) {
 	p, rest, _ := strings.Cut(strings.TrimPrefix(s, prefix), ":")
 	if p == "" {
-		return "", "", fmt.Errorf("reference %q: no path after %q", s, prefix)
+		return "", "", &ReferenceError{Ref: s, Err: fmt.Errorf("no path after %q", prefix)}
 	}
 	abs, err = filepath.Abs(p)
 	return abs, rest, err
@@ -114,7 +135,7 @@ func (s *Store) fetch(ctx context.Context, src source, platform v1.Platform) (*f
 		opts := append(s.remoteOptions(ctx), remote.WithPlatform(platform))
 		desc, err := remote.Get(src.ref, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("pull %s: %w", src.name, err)
+			return nil, &RegistryError{Ref: src.name, Registry: src.ref.Context().RegistryStr(), Err: err}
 		}
 		if desc.MediaType.IsIndex() {
 			idx, err := desc.ImageIndex()
@@ -135,7 +156,7 @@ func (s *Store) fetch(ctx context.Context, src source, platform v1.Platform) (*f
 	case layoutSource:
 		idx, err := layout.ImageIndexFromPath(src.path)
 		if err != nil {
-			return nil, fmt.Errorf("read OCI layout %s: %w", src.path, err)
+			return nil, &SourceError{Prefix: LayoutPrefix, Path: src.path, Err: err}
 		}
 		if src.tag != "" {
 			m, err := idx.IndexManifest()
@@ -174,14 +195,77 @@ func (s *Store) fetch(ctx context.Context, src source, platform v1.Platform) (*f
 		}
 		img, err := tarball.ImageFromPath(src.path, tag)
 		if err != nil {
-			return nil, fmt.Errorf("read docker archive %s: %w", src.path, err)
+			return nil, &SourceError{Prefix: ArchivePrefix, Path: src.path, Err: err}
 		}
 		d, err := img.Digest()
 		if err != nil {
-			return nil, fmt.Errorf("read docker archive %s: %w", src.path, err)
+			return nil, &SourceError{Prefix: ArchivePrefix, Path: src.path, Err: err}
 		}
 		return checkPlatform(img, d, platform, src.name, false)
 	}
+}
+
+// RegistryError reports a registry that did not give the image's manifest.
+type RegistryError struct {
+	Ref      string // normalized reference
+	Registry string // host[:port]
+	Err      error
+}
+
+func (e *RegistryError) Error() string { return fmt.Sprintf("pull %s: %v", e.Ref, e.Err) }
+
+// Unwrap returns the registry client's error.
+func (e *RegistryError) Unwrap() error { return e.Err }
+
+// Hint tells the user what to do when the registry refused access or could
+// not be reached; it is empty for other failures.
+func (e *RegistryError) Hint() string {
+	var te *transport.Error
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	switch {
+	case errors.As(e.Err, &te) && (te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden):
+		login := "login " + e.Registry
+		if e.Registry == name.DefaultRegistry {
+			login = "login docker.io"
+		}
+		return "check the image name; if it is private, log in with 'docker " + login + "' or 'podman " + login + "'. " +
+			"krunbox reads credentials from $DOCKER_CONFIG/config.json or else ~/.docker/config.json (with their credential helpers), " +
+			"then $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json and ~/.config/containers/auth.json"
+	case errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded):
+		return ""
+	case errors.As(e.Err, &dnsErr) || errors.As(e.Err, &opErr):
+		return "check the registry name (" + e.Registry + ") and the network; an image already in the cache needs no network: use --policy never"
+	}
+	return ""
+}
+
+// SourceError reports an offline image source (oci: or docker-archive:)
+// that cannot be read.
+type SourceError struct {
+	Prefix string // LayoutPrefix or ArchivePrefix
+	Path   string
+	Err    error
+}
+
+func (e *SourceError) Error() string {
+	if e.Prefix == LayoutPrefix {
+		return fmt.Sprintf("read OCI layout %s: %v", e.Path, e.Err)
+	}
+	return fmt.Sprintf("read docker archive %s: %v", e.Path, e.Err)
+}
+
+// Unwrap returns the reader's error.
+func (e *SourceError) Unwrap() error { return e.Err }
+
+// Hint says what the source must be and how to make one.
+func (e *SourceError) Hint() string {
+	if e.Prefix == LayoutPrefix {
+		return "oci:DIR wants an OCI image layout directory (index.json, oci-layout, blobs/), " +
+			"as written by 'skopeo copy docker://IMAGE oci:DIR:TAG' or 'crane pull --format=oci IMAGE DIR'"
+	}
+	return "docker-archive:FILE wants a tarball written by 'docker save -o FILE IMAGE' or 'podman save -o FILE IMAGE' " +
+		"(and docker-archive:FILE:REF one of the names it was saved with)"
 }
 
 // pickFromIndex picks the image for platform from an index (nested

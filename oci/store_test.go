@@ -12,9 +12,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/compression"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -364,6 +366,86 @@ func TestPullCorruptAndInterruptedBlobs(t *testing.T) {
 	}
 }
 
+// TestPullDiffIDMismatch pulls an image whose config lists a wrong diff_id
+// for a layer: the pull fails naming the layer and both digests, leaves
+// nothing half-made, and keeps the (valid) layer blob, so that pulling
+// again fails the same way instead of blaming the cache.
+func TestPullDiffIDMismatch(t *testing.T) {
+	img := rulesImage(t, "")
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	wrong, _, _ := v1.SHA256(strings.NewReader("not the layer"))
+	cf.RootFS.DiffIDs[1] = wrong
+	broken, err := mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := broken.Layers()
+	layer, _ := layers[1].Digest()
+	diffID, _ := layers[1].DiffID()
+	ref := testimage.Serve(t, broken)
+	s := openStore(t)
+	for _, attempt := range []string{"first pull", "pull again, layer cached"} {
+		_, err := s.Pull(t.Context(), ref)
+		var de *oci.DiffIDError
+		if !errors.As(err, &de) || de.Layer != layer || de.DiffID != wrong || de.Got != diffID {
+			t.Fatalf("%s: %v, want a DiffIDError for layer %s (config %s, content %s)", attempt, err, layer, wrong, diffID)
+		}
+		for _, want := range []string{layer.String(), wrong.String(), diffID.String(), "config and layer", "broken at its source"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not say %q", attempt, err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "damaged") {
+			t.Errorf("%s: error %q blames the cache", attempt, err)
+		}
+		if _, err := os.Stat(filepath.Join(s.Dir(), "blobs", "sha256", layer.Hex)); err != nil {
+			t.Errorf("%s: the valid layer blob left the cache: %v", attempt, err)
+		}
+		checkClean(t, s, false)
+	}
+}
+
+// TestPullDamagedCachedBlob damages a cached layer blob: flattening from the
+// cache fails naming it and drops it, and a pull allowed to use the
+// network fetches it again.
+func TestPullDamagedCachedBlob(t *testing.T) {
+	img := rulesImage(t, "")
+	ref := testimage.Serve(t, img)
+	s := openStore(t)
+	got, err := s.Pull(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	layer, _ := layers[0].Digest()
+	blob := filepath.Join(s.Dir(), "blobs", "sha256", layer.Hex)
+	b, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff // same size: only the digest shows it
+	if err := os.WriteFile(blob, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	damageStaleTree(t, got)
+	_, err = s.Pull(t.Context(), ref, oci.WithPolicy(oci.PullNever))
+	if err == nil || !strings.Contains(err.Error(), layer.String()) || !strings.Contains(err.Error(), "damaged and has been removed") {
+		t.Fatalf("pull from a damaged cache: %v, want an error naming blob %s as damaged", err, layer)
+	}
+	if _, err := os.Stat(blob); !os.IsNotExist(err) {
+		t.Errorf("the damaged blob is still cached: %v", err)
+	}
+	again, err := s.Pull(t.Context(), ref)
+	if err != nil {
+		t.Fatalf("pull after the damaged blob was dropped: %v", err)
+	}
+	checkTree(t, again.Rootfs, wantTree())
+}
+
 func TestPullPlatforms(t *testing.T) {
 	host := testimage.HostPlatform()
 	other := "linux/s390x"
@@ -476,6 +558,89 @@ func TestListRemovePrune(t *testing.T) {
 		}
 	}
 	_ = imgA
+}
+
+// TestHoldKeepsImagesFromRemoval checks what lets a caller record that it
+// uses an image before Remove or Prune can delete it: they wait while a
+// Hold is held, and call InUse only under the store's exclusive lock.
+func TestHoldKeepsImagesFromRemoval(t *testing.T) {
+	ref := testimage.Serve(t, rulesImage(t, ""))
+	s := openStore(t)
+	release, err := s.Hold(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := s.Pull(t.Context(), ref) // a pull runs under a hold
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, gc := range map[string]func(context.Context) error{
+		"remove": func(ctx context.Context) error { _, err := s.Remove(ctx, ref, nil); return err },
+		"prune":  func(ctx context.Context) error { _, err := s.Prune(ctx, nil); return err },
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		err := gc(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s during a hold: %v, want it to wait until its context ends", name, err)
+		}
+	}
+	if _, err := os.Stat(img.Rootfs); err != nil {
+		t.Fatalf("the tree went during a hold: %v", err)
+	}
+	release()
+
+	var calls, unlocked int
+	inUse := func(v1.Hash) bool {
+		calls++
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		defer cancel()
+		if release, err := s.Hold(ctx); err == nil {
+			unlocked++
+			release()
+		}
+		return true
+	}
+	if _, err := s.Remove(t.Context(), ref, inUse); err != nil {
+		t.Fatal(err)
+	}
+	if calls == 0 || unlocked != 0 {
+		t.Errorf("InUse called %d times, %d of them without the store locked; want it called, always under the lock", calls, unlocked)
+	}
+	if _, err := os.Stat(img.Rootfs); err != nil {
+		t.Errorf("the tree InUse claimed was removed: %v", err)
+	}
+}
+
+// makeLeftovers puts in the store's tmp/ what a killed pull leaves: a
+// partial blob and a partial tree, 1500 bytes in all.
+func makeLeftovers(t *testing.T, dir string) {
+	t.Helper()
+	tree := filepath.Join(dir, "tmp", "rootfs-0123456789ab-42", "rootfs", "etc")
+	if err := os.MkdirAll(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for p, n := range map[string]int{filepath.Join(tree, "f"): 1000, filepath.Join(dir, "tmp", "blob-0123456789ab-43"): 500} {
+		if err := os.WriteFile(p, make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/", filepath.Join(tree, "link")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPruneCountsLeftovers(t *testing.T) {
+	s := openStore(t)
+	makeLeftovers(t, s.Dir())
+	freed, err := s.Prune(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if freed.Leftovers != 2 || freed.Bytes != 1500 {
+		t.Errorf("prune: %+v; want 2 leftovers of 1500 bytes", freed)
+	}
+	checkClean(t, s, false)
 }
 
 func TestExport(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,23 +83,40 @@ func TestPullImagesExportRmiPrune(t *testing.T) {
 
 func TestPullErrors(t *testing.T) {
 	ref := imageCLIEnv(t)
+	notTar := filepath.Join(t.TempDir(), "not.tar")
+	if err := os.WriteFile(notTar, []byte("not a tarball"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
 		want string
+		hint string // in the hint line, when not empty
 	}{
-		{"never, not cached", []string{"pull", "--policy", "never", ref}, "not found"},
-		{"bad policy", []string{"pull", "--policy", "sometimes", ref}, "pull policy"},
-		{"bad platform", []string{"pull", "--platform", "amd64", ref}, "platform"},
-		{"no such platform", []string{"pull", "--platform", "linux/s390x", ref}, "has no image for linux/s390x"},
-		{"no reference", []string{"pull"}, "needs an image reference"},
-		{"export needs two", []string{"export", ref}, "needs an image reference and a directory"},
+		{"never, not cached", []string{"pull", "--policy", "never", ref}, "not found", "krunbox pull " + ref + "), or pull without --policy never"},
+		{"bad policy", []string{"pull", "--policy", "sometimes", ref}, "pull policy", ""},
+		{"bad platform", []string{"pull", "--platform", "amd64", ref}, "platform", ""},
+		{"no such platform", []string{"pull", "--platform", "linux/s390x", ref}, "has no image for linux/s390x", "--platform"},
+		{"no reference", []string{"pull"}, "needs an image reference", ""},
+		{"export needs two", []string{"export", ref}, "needs an image reference and a directory", ""},
+		{"negative max-size", []string{"pull", "--max-size", "-5", ref}, "--max-size -5: want a positive limit", ""},
+		{"negative max-files", []string{"pull", "--max-files=-1", ref}, "--max-files -1: want a positive limit", ""},
+		{"export, negative max-size", []string{"export", "--max-size", "-5", ref, t.TempDir()}, "--max-size -5", ""},
+		{"bad reference", []string{"pull", "UPPER/case"}, `invalid image reference "UPPER/case"`, "references look like alpine, alpine:3.20,"},
+		{"rmi, bad reference", []string{"rmi", "a b"}, `invalid image reference "a b"`, "references look like"},
+		{"no OCI layout", []string{"pull", "oci:/nonexistent"}, "read OCI layout /nonexistent", "OCI image layout directory"},
+		{"not a docker archive", []string{"pull", "docker-archive:" + notTar}, "read docker archive " + notTar, "'docker save -o FILE IMAGE'"},
+		{"registry down", []string{"pull", closedPort(t) + "/img"}, "connection refused", "check the registry name"},
+		{"rmi, not cached", []string{"rmi", "nosuch"}, "nosuch: image not found", "'krunbox images' lists"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, errOut := runCLI(t, tt.args...)
 			if code != ExitKrunbox || !strings.Contains(errOut, tt.want) {
 				t.Errorf("code %d, stderr %q; want %d and %q", code, errOut, ExitKrunbox, tt.want)
+			}
+			if _, hint, ok := strings.Cut(errOut, "\nhint: "); tt.hint != "" && (!ok || !strings.Contains(hint, tt.hint)) {
+				t.Errorf("stderr %q: want a hint line saying %q", errOut, tt.hint)
 			}
 		})
 	}
@@ -122,4 +140,33 @@ func TestProgressOnTerminal(t *testing.T) {
 	if !strings.Contains(buf.String(), "\x1b[2A") || !strings.Contains(buf.String(), "extracted") {
 		t.Errorf("terminal progress does not redraw two layer lines: %q", buf.String())
 	}
+}
+
+func TestPruneSaysWhatInterruptedPullsLeft(t *testing.T) {
+	t.Setenv("KRUNBOX_HOME", t.TempDir())
+	store, err := openImageStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, n := range map[string]int{"blob-0123456789ab-1": 1000, "images.json.2": 500} {
+		if err := os.WriteFile(filepath.Join(store.Dir(), "tmp", p), make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := runCLI(t, "prune")
+	if code != 0 || !strings.Contains(out, "Freed 1.5 kB: 0 root file systems, 0 blobs, 2 leftovers of interrupted pulls") {
+		t.Errorf("prune: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// closedPort returns "127.0.0.1:PORT" where nothing listens.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }

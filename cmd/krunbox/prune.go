@@ -9,11 +9,14 @@ func newPruneCmd(s *streams) *cobra.Command {
 		Long:  "Delete cached blobs and root file systems no image uses. The images sandboxes\nwere made from, and what they need, are kept.",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, inUse, err := openImageStoreInUse()
+			store, images, err := openImageStoreInUse()
 			if err != nil {
 				return err
 			}
-			freed, err := store.Prune(cmd.Context(), inUse)
+			freed, err := store.Prune(cmd.Context(), images.inUse())
+			if err == nil {
+				err = images.err
+			}
 			if err != nil {
 				return err
 			}

@@ -35,6 +35,14 @@ func (f *imageFlags) open(s *streams) (*oci.Store, []oci.PullOption, error) {
 	if err != nil {
 		return nil, nil, &usageError{err: err}
 	}
+	for _, l := range []struct {
+		flag string
+		v    int64
+	}{{"--max-size", f.maxBytes}, {"--max-files", f.maxEntries}} {
+		if l.v < 0 {
+			return nil, nil, &usageError{err: fmt.Errorf("%s %d: want a positive limit, or 0 for the default", l.flag, l.v)}
+		}
+	}
 	opts := []oci.PullOption{oci.WithPolicy(policy), withProgress(newProgressPrinter(s.errOut))}
 	if f.platform != "" {
 		p, err := v1.ParsePlatform(f.platform)

@@ -198,9 +198,13 @@ func (a *Applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	}
 	switch hdr.Typeflag {
 	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo, tar.TypeChar, tar.TypeBlock:
+	case tar.TypeGNUSparse, tar.TypeCont:
+		// Regular files: archive/tar expands the holes of old GNU sparse
+		// files, and POSIX says contiguous files are regular files to
+		// readers that do not support them.
 	default:
-		slog.Debug("skipping tar entry of unsupported type", "name", hdr.Name, "type", string(hdr.Typeflag))
-		return nil
+		// Dropping it would change the image without a trace.
+		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
 	}
 	pfd, err := a.mkdirAll(parent)
 	if err != nil {
@@ -210,7 +214,7 @@ func (a *Applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return a.dir(pfd, parent, base, hdr)
-	case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
+	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont: // the reader turns the old TypeRegA into TypeReg
 		return a.file(pfd, base, hdr, tr)
 	case tar.TypeSymlink:
 		return a.symlink(pfd, base, hdr)
@@ -363,17 +367,26 @@ func (a *Applier) whiteout(parent, base string) error {
 		return fmt.Errorf("invalid whiteout %q", base)
 	}
 	target := path.Join(parent, name)
-	if a.isWritten(target) {
-		// Whiteouts only hide lower layers, not entries of their own layer.
-		return nil
-	}
 	pfd, err := a.lookupDir(parent)
 	if err == unix.ENOENT || err == unix.ENOTDIR {
 		return nil // nothing to hide
 	} else if err != nil {
 		return fmt.Errorf("whiteout %q: %w", target, err)
 	}
-	return a.remove(pfd, name)
+	if !a.isWritten(target) {
+		return a.remove(pfd, name)
+	}
+	// Whiteouts only hide lower layers, not entries of their own layer,
+	// whatever their order: a file this layer wrote stays, and a directory
+	// this layer wrote (or wrote into) loses only what lower layers had in
+	// it, as with an opaque marker.
+	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOTDIR || err == unix.ELOOP || err == unix.ENOENT {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("whiteout %q: %w", target, err)
+	}
+	return a.clearLower(fd, target)
 }
 
 // opaque hides every lower-layer child of dir, recursively, keeping what the

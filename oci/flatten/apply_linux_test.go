@@ -1,6 +1,7 @@
 package flatten
 
 import (
+	"archive/tar"
 	"bytes"
 	"errors"
 	"io"
@@ -60,8 +61,8 @@ func TestApplyRulesAsRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRules(t, root, testimage.WantRules(), true)
-	if st.Hardlinks != 2 || st.Whiteouts != 7 {
-		t.Errorf("stats %+v: want 2 hard links and 7 whiteouts", st)
+	if st.Hardlinks != 4 || st.Whiteouts != 8 {
+		t.Errorf("stats %+v: want 4 hard links and 8 whiteouts", st)
 	}
 }
 
@@ -239,6 +240,8 @@ func TestApplyInvalid(t *testing.T) {
 		{"bare whiteout", testimage.File("d/.wh.", "", 0o644), "invalid whiteout"},
 		{"whiteout of dotdot", testimage.File("d/.wh..", "", 0o644), "invalid whiteout"},
 		{"hard link to missing file", testimage.Hardlink("x", "nope"), "hard link"},
+		{"GNU volume header", testimage.Entry{Hdr: tar.Header{Typeflag: 'V', Name: "vol", Format: tar.FormatGNU}}, `entry "vol": unsupported tar entry type 'V'`},
+		{"unknown type", testimage.Entry{Hdr: tar.Header{Typeflag: 'Z', Name: "d/z", Mode: 0o644}}, `entry "d/z": unsupported tar entry type 'Z'`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -257,5 +260,100 @@ func TestApplyInvalid(t *testing.T) {
 	defer a.Close()
 	if err := a.ApplyLayer(t.Context(), io.LimitReader(bytes.NewReader(data), 5000)); err == nil {
 		t.Error("a truncated layer applied without error")
+	}
+}
+
+// TestApplyGNUSparse applies an old GNU sparse file (tar type 'S', see
+// testdata/README.md): it is a regular file whose holes read as zeros.
+func TestApplyGNUSparse(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "gnu-sparse.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hdr, err := tar.NewReader(bytes.NewReader(data)).Next(); err != nil || hdr.Typeflag != tar.TypeGNUSparse {
+		t.Fatalf("fixture: %v, %v; want a TypeGNUSparse entry", hdr, err)
+	}
+	root := newRoot(t)
+	a, err := NewApplier(root, Options{Rootless: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.ApplyLayer(t.Context(), bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 1<<20)
+	copy(want, "head")
+	copy(want[len(want)-4:], "tail")
+	got, err := os.ReadFile(filepath.Join(root, "sparse"))
+	if err != nil {
+		t.Fatalf("the sparse file was not written: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("sparse file: %d bytes starting %q and ending %q; want 1 MiB of zeros between head and tail", len(got), got[:min(len(got), 8)], got[max(len(got)-8, 0):])
+	}
+	if st := a.Stats(); st.Files != 1 || st.FileBytes != int64(len(want)) {
+		t.Errorf("stats %+v: want 1 file of %d bytes", st, len(want))
+	}
+}
+
+// TestApplyContiguousFile applies a contiguous file (tar type '7'), which
+// POSIX says readers without special support treat as a regular file.
+func TestApplyContiguousFile(t *testing.T) {
+	e := testimage.Entry{Hdr: tar.Header{Typeflag: tar.TypeCont, Name: "c", Mode: 0o640, Size: 2, ModTime: testimage.MTime}, Body: "hi"}
+	root := newRoot(t)
+	if _, err := applyAll(t, root, Options{Rootless: true}, [][]testimage.Entry{{e}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testimage.ReadTree(t, root)["c"]; n.Type != "file" || n.Body != "hi" || n.Mode.Perm() != 0o640 {
+		t.Errorf("contiguous file: %v; want a regular file -rw-r----- holding hi", n)
+	}
+}
+
+// TestApplyDoesNotWriteThroughHostHardLinks applies entries over a file of
+// the root that is a hard link to a host file (a tree made by other means
+// than this package, say): every kind of entry replaces the link, and
+// nothing reaches the host file's content, mode, owner or times.
+func TestApplyDoesNotWriteThroughHostHardLinks(t *testing.T) {
+	victim := newVictim(t)
+	tests := []struct {
+		name  string
+		entry testimage.Entry
+	}{
+		{"file", testimage.File("planted", "overwritten", 0o4777, testimage.Owner(123, 456), testimage.Xattr("user.planted", "x"))},
+		{"directory", testimage.Dir("planted", 0o777)},
+		{"symlink", testimage.Symlink("planted", "/elsewhere")},
+		{"hard link", testimage.Hardlink("planted", "other")},
+		{"fifo", testimage.Fifo("planted", 0o777)},
+		{"whiteout", testimage.Whiteout("planted")},
+	}
+	for _, tt := range tests {
+		for _, rootless := range []bool{false, true} {
+			name := tt.name
+			if rootless {
+				name += "/rootless"
+			}
+			t.Run(name, func(t *testing.T) {
+				root := newRoot(t)
+				if err := os.Link(filepath.Join(victim, "secret"), filepath.Join(root, "planted")); err != nil {
+					t.Skipf("cannot hard link the host file into the root: %v", err)
+				}
+				before := testimage.ReadTree(t, victim)
+				layers := [][]testimage.Entry{{testimage.File("other", "other", 0o644), tt.entry}}
+				if _, err := applyAll(t, root, Options{Rootless: rootless || os.Geteuid() != 0}, layers); err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range testimage.CompareTrees(before, testimage.ReadTree(t, victim), true, true) {
+					t.Errorf("the host file changed through the hard link: %s", d)
+				}
+				var st syscall.Stat_t
+				if err := syscall.Lstat(filepath.Join(victim, "secret"), &st); err != nil || st.Nlink != 1 {
+					t.Errorf("host file: %d links, %v; want 1 (the root's alias replaced)", st.Nlink, err)
+				}
+				if n, err := syscall.Listxattr(filepath.Join(victim, "secret"), make([]byte, 1024)); n != 0 {
+					t.Errorf("extended attributes set on the host file (%d bytes of names, %v)", n, err)
+				}
+			})
+		}
 	}
 }

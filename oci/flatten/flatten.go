@@ -5,7 +5,8 @@
 // and treats every layer as hostile: all file system operations go through
 // directory handles resolved with openat2(RESOLVE_IN_ROOT), so no entry,
 // link target or whiteout can reach outside the root, and symbolic links in
-// the tree are never followed out of it. Device nodes are skipped.
+// the tree are never followed out of it. Device nodes are skipped; an entry
+// of a type it does not know is an error, not silently dropped.
 //
 // Without root privileges (or with Options.Rootless), ownership is not
 // applied: the tree stays usable by the current user and the true owner and

@@ -13,10 +13,12 @@ var OldMTime = time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
 // RuleLayers returns three layers that exercise every OCI layer rule:
 // whiteouts, opaque directories (marker before and after its siblings),
 // hard links to lower-layer files, a hard link whose target is later
-// whited out, whiteout plus re-creation in one layer (both orders),
-// dir→file→dir and file→dir replacements, absolute and relative symbolic
-// links, setuid/setgid/sticky modes, ownership, modification times and a
-// FIFO. WantRules is the tree they must produce.
+// whited out, one alias of a hard link overwritten by a later layer (the
+// other keeps its content), whiteout plus re-creation in one layer (both
+// orders, for a file and for a directory with children), dir→file→dir and
+// file→dir replacements, absolute and relative symbolic links,
+// setuid/setgid/sticky modes, ownership, modification times and a FIFO.
+// WantRules is the tree they must produce.
 func RuleLayers() [][]Entry {
 	return [][]Entry{
 		{
@@ -55,6 +57,12 @@ func RuleLayers() [][]Entry {
 			Dir("same2/d", 0o755),
 			File("same2/d/inner", "inner", 0o644),
 			Fifo("fifo", 0o644),
+			Dir("whdir", 0o755),
+			File("whdir/lowerchild", "lower", 0o644),
+			File("alias-a", "a and b", 0o644),
+			Hardlink("alias-b", "alias-a"),
+			File("alias-c", "c and d", 0o644),
+			Hardlink("alias-d", "alias-c"),
 		},
 		{
 			Dir("opq", 0o755),
@@ -78,6 +86,11 @@ func RuleLayers() [][]Entry {
 			Dir("same2", 0o755),
 			Whiteout("same2/d"),
 			File("same2/d", "now a file", 0o644),
+			Dir("whdir", 0o750),
+			File("whdir/new", "new", 0o644),
+			Whiteout("whdir"),               // after the layer's own children: hides only the lower ones
+			File("alias-a", "new a", 0o600), // not written through to alias-b
+			File("alias-d", "new d", 0o600), // nor to alias-c
 		},
 		{
 			Whiteout("t2"),
@@ -132,6 +145,12 @@ func WantRules() map[string]Node {
 		"same2":              dir(0o755, 0, 0),
 		"same2/d":            file("now a file", 0o644, 0, 0),
 		"fifo":               {Type: "fifo", Mode: 0o644, MTime: MTime},
+		"whdir":              dir(0o750, 0, 0),
+		"whdir/new":          file("new", 0o644, 0, 0),
+		"alias-a":            file("new a", 0o600, 0, 0),
+		"alias-b":            file("a and b", 0o644, 0, 0),
+		"alias-c":            file("c and d", 0o644, 0, 0),
+		"alias-d":            file("new d", 0o600, 0, 0),
 	}
 }
 
@@ -213,6 +232,9 @@ func HostileCases(victim string) []HostileCase {
 		{Name: "whiteout through symlink", Layers: [][]Entry{
 			{Symlink("wlink", victim)},
 			{Whiteout("wlink/secret")},
+		}},
+		{Name: "whiteout of a symlink of the same layer", Layers: [][]Entry{
+			{Symlink("wself", victim), Whiteout("wself")},
 		}},
 		{Name: "opaque through symlink", Layers: [][]Entry{
 			{Symlink("wlink", victim)},

@@ -1,0 +1,96 @@
+package oci_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/krunbox/krunbox/internal/testutil/testimage"
+	"github.com/krunbox/krunbox/oci"
+)
+
+// TestPullWithCredentialFiles pulls from a registry that wants basic auth,
+// with the credentials in each of the files docker and podman write. Not
+// ~/.docker/config.json: docker/cli resolves that directory once per
+// process, so a test cannot move it.
+func TestPullWithCredentialFiles(t *testing.T) {
+	const user, pass = "krunbox", "s3cret"
+	var locked atomic.Bool
+	reg := testimage.NewRegistry(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if u, p, ok := r.BasicAuth(); locked.Load() && (!ok || u != user || p != pass) {
+				w.Header().Set("WWW-Authenticate", `Basic realm="krunbox test"`)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				w.Write([]byte(`{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`))
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	img := testimage.Image(t, "", testimage.Config{}, testimage.Layer(t, testimage.File("secret-image", "yes", 0o644)))
+	ref := reg.Push(t, "private/img", "v1", img)
+	locked.Store(true)
+
+	authFile := func(password string) []byte {
+		auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+		return []byte(`{"auths": {"` + reg.Host + `": {"auth": "` + auth + `"}}}`)
+	}
+	tests := []struct {
+		name string
+		// file is where the credentials go, relative to a temporary
+		// directory; env points to it (as "$DIR/...").
+		file, password string
+		env            map[string]string
+		wantErr        bool
+	}{
+		{name: "no credentials", wantErr: true},
+		{name: "DOCKER_CONFIG", file: "docker/config.json", password: pass, env: map[string]string{"DOCKER_CONFIG": "$DIR/docker"}},
+		{name: "DOCKER_CONFIG, wrong password", file: "docker/config.json", password: "wrong", env: map[string]string{"DOCKER_CONFIG": "$DIR/docker"}, wantErr: true},
+		{name: "REGISTRY_AUTH_FILE (podman)", file: "podman-auth.json", password: pass, env: map[string]string{"REGISTRY_AUTH_FILE": "$DIR/podman-auth.json"}},
+		{name: "XDG_RUNTIME_DIR/containers/auth.json (podman)", file: "run/containers/auth.json", password: pass, env: map[string]string{"XDG_RUNTIME_DIR": "$DIR/run"}},
+		{name: "~/.config/containers/auth.json (podman)", file: "home/.config/containers/auth.json", password: pass},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, k := range []string{"DOCKER_CONFIG", "REGISTRY_AUTH_FILE", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME"} {
+				t.Setenv(k, strings.ReplaceAll(tt.env[k], "$DIR", dir))
+			}
+			t.Setenv("HOME", filepath.Join(dir, "home"))
+			if tt.file != "" {
+				p := filepath.Join(dir, tt.file)
+				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, authFile(tt.password), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := openStore(t).Pull(t.Context(), ref)
+			if tt.wantErr {
+				var re *oci.RegistryError
+				if !errors.As(err, &re) || !strings.Contains(err.Error(), "UNAUTHORIZED") {
+					t.Fatalf("pull: %v, want an UNAUTHORIZED RegistryError", err)
+				}
+				for _, want := range []string{"docker login " + reg.Host, "podman login " + reg.Host, "$DOCKER_CONFIG", "$REGISTRY_AUTH_FILE", "containers/auth.json"} {
+					if !strings.Contains(re.Hint(), want) {
+						t.Errorf("hint %q does not say %q", re.Hint(), want)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("pull: %v", err)
+			}
+			if b, err := os.ReadFile(filepath.Join(got.Rootfs, "secret-image")); err != nil || string(b) != "yes" {
+				t.Errorf("pulled tree: %q, %v", b, err)
+			}
+		})
+	}
+}
