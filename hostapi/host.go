@@ -144,7 +144,18 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err := refuseExposure(mounts, own); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	img, err := h.pull(ctx, cfg)
+	// Held until the record is published: an rmi or prune meanwhile would
+	// see no sandbox using the image and delete it.
+	store, err := h.Images()
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	release, err := store.Hold(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	defer release()
+	img, err := h.pull(ctx, store, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
@@ -183,11 +194,7 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 }
 
 // pull resolves the sandbox's image to a cached, flattened tree.
-func (h *Host) pull(ctx context.Context, cfg Config) (*oci.Image, error) {
-	store, err := h.Images()
-	if err != nil {
-		return nil, err
-	}
+func (h *Host) pull(ctx context.Context, store *oci.Store, cfg Config) (*oci.Image, error) {
 	opts := []oci.PullOption{oci.WithPolicy(cfg.PullPolicy)}
 	if cfg.Platform != "" {
 		p, err := v1.ParsePlatform(cfg.Platform)

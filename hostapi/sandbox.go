@@ -492,7 +492,7 @@ func (s *Sandbox) imageTree(ctx context.Context) (string, error) {
 	if err := s.host.Preflight(ctx); err != nil {
 		return "", err
 	}
-	img, perr := s.host.pull(ctx, Config{Image: s.rec.Image.Ref, PullPolicy: oci.PullIfMissing, Platform: s.rec.Image.Platform})
+	img, perr := s.host.pull(ctx, store, Config{Image: s.rec.Image.Ref, PullPolicy: oci.PullIfMissing, Platform: s.rec.Image.Platform})
 	if perr != nil {
 		return "", fmt.Errorf("the image of %s is no longer cached, and pulling it again failed: %w", s.name, perr)
 	}
