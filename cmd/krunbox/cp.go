@@ -32,6 +32,9 @@ skipped. Nothing is written outside DST, whatever links the guest made.
 			ctx := cmd.Context()
 			srcName, src, srcIn := splitSandboxPath(args[0])
 			dstName, dst, dstIn := splitSandboxPath(args[1])
+			if args[0] == "-" || args[1] == "-" {
+				return &usageError{err: errors.New("cp copies files and directories: '-' (a tar stream on stdin or stdout) is not supported; give a host path")}
+			}
 			if srcIn == dstIn {
 				return &usageError{err: errors.New("cp copies between the host and a sandbox: give exactly one of SRC and DST as NAME:PATH")}
 			}

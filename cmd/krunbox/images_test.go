@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 )
@@ -169,4 +170,22 @@ func closedPort(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+func TestAgo(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{10 * time.Second, "just now"},
+		{90 * time.Second, "1 minute ago"},
+		{5 * time.Minute, "5 minutes ago"},
+		{61 * time.Minute, "1 hour ago"},
+		{47 * time.Hour, "47 hours ago"},
+		{49 * time.Hour, "2 days ago"},
+	} {
+		if got := ago(tt.d); got != tt.want {
+			t.Errorf("ago(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
 }
