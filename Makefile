@@ -25,7 +25,7 @@ TEST_IMAGE := $(BUILD)/testimage
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: all build agent krunbox testkrun test unit lint cross pi-test bench bench-oci bench-agent bench-vm bench-sandbox bench-pi run run-busybox pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: all build agent krunbox testkrun testimage test unit lint cross pi-test bench bench-oci bench-agent bench-vm bench-sandbox bench-pi run run-busybox pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -142,6 +142,9 @@ run: build
 ## run-busybox: the main job on a busybox image built here (busybox-static), no registry needed
 run-busybox: build $(TEST_IMAGE)/index.json
 	$(BUILD)/krunbox run --rm oci:$(TEST_IMAGE):latest -- $(RUN_CMD)
+
+## testimage: the busybox test image (Debian's busybox-static) as an OCI layout in build/testimage
+testimage: $(TEST_IMAGE)/index.json
 
 $(TEST_IMAGE)/index.json: hack/mkimage/main.go $(wildcard internal/testutil/testimage/*.go)
 	rm -rf $(TEST_IMAGE)
