@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
@@ -78,7 +79,7 @@ func testLogs(t *testing.T, e *env) {
 	var out syncbuf.Buffer
 	cmd.Stdout = &out
 	done := startCmd(t, cmd)
-	waitFor(t, "logs -f to print the console", 30*time.Second, func() bool { return strings.Contains(out.String(), "ready") })
+	poll.Until(t, "logs -f to print the console", 30*time.Second, func() bool { return strings.Contains(out.String(), "ready") })
 	select {
 	case code := <-done:
 		t.Fatalf("logs -f ended (exit %d) while the VM runs", code)

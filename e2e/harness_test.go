@@ -259,18 +259,6 @@ func (e *env) inspect(name string) map[string]any {
 	return v
 }
 
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for delay := time.Millisecond; !cond(); delay = min(2*delay, 50*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(delay)
-	}
-}
-
 // processesOf returns the pids of the processes whose command line
 // mentions dir (the runner's is "krunbox-vm DIR"), with their parents.
 func processesOf(dir string) map[int]int {

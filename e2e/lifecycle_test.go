@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 )
 
 func testNamedSandboxPersists(t *testing.T, e *env) {
@@ -65,7 +67,7 @@ func testRmLeavesNothing(t *testing.T, e *env) {
 	if entries, _ := os.ReadDir(filepath.Join(e.home, "state", "trash")); len(entries) != 0 {
 		t.Errorf("trash left: %d entries", len(entries))
 	}
-	waitFor(t, "the VM's processes to end", 30*time.Second, func() bool { return len(processesOf(dir)) == 0 })
+	poll.Until(t, "the VM's processes to end", 30*time.Second, func() bool { return len(processesOf(dir)) == 0 })
 	if names := e.ok("ls", "-q"); names != "" {
 		t.Errorf("ls after rm: %q", names)
 	}
@@ -134,7 +136,7 @@ func testKilledRunner(t *testing.T, e *env) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "ls to say dead", 30*time.Second, func() bool { return e.ls()["victim"].State == "dead" })
+	poll.Until(t, "ls to say dead", 30*time.Second, func() bool { return e.ls()["victim"].State == "dead" })
 	if st := e.ls()["victim"]; !strings.Contains(st.Reason, "SIGKILL") {
 		t.Errorf("ls --json reason for a killed runner: %q, want it to say SIGKILL", st.Reason)
 	}
@@ -146,7 +148,7 @@ func testKilledRunner(t *testing.T, e *env) {
 	if !strings.Contains(r.stderr, "krunbox logs victim") {
 		t.Errorf("exec in a dead sandbox: no hint at its logs: %s", r)
 	}
-	waitFor(t, "the VM's processes to end", 30*time.Second, func() bool { return len(processesOf(dir)) == 0 })
+	poll.Until(t, "the VM's processes to end", 30*time.Second, func() bool { return len(processesOf(dir)) == 0 })
 	// What the killed runner left (its socket, its pid file) does not pass
 	// for a live VM, nor stop it from starting again.
 	if _, err := os.Lstat(filepath.Join(dir, "agent.sock")); err != nil {
@@ -161,7 +163,7 @@ func testKilledRunner(t *testing.T, e *env) {
 	}
 	// Killed again: rm without -f cleans a dead sandbox.
 	syscall.Kill(e.ls()["victim"].Pid, syscall.SIGKILL)
-	waitFor(t, "ls to say dead", 30*time.Second, func() bool { return e.ls()["victim"].State == "dead" })
+	poll.Until(t, "ls to say dead", 30*time.Second, func() bool { return e.ls()["victim"].State == "dead" })
 	e.ok("rm", "victim")
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("dead sandbox not removed: %v", err)
@@ -178,7 +180,7 @@ func testKilledRunClient(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	var name string
-	waitFor(t, "the ad-hoc sandbox to run", 30*time.Second, func() bool {
+	poll.Until(t, "the ad-hoc sandbox to run", 30*time.Second, func() bool {
 		for n, st := range e.ls() {
 			if st.State == "running" {
 				name = n
@@ -224,7 +226,7 @@ func testExecNeedsARunningSandbox(t *testing.T, e *env) {
 
 func testIdleTimeout(t *testing.T, e *env) {
 	e.started("nap", "--idle-timeout", "1s")
-	waitFor(t, "the idle sandbox to stop itself", 60*time.Second, func() bool { return e.ls()["nap"].State == "stopped" })
+	poll.Until(t, "the idle sandbox to stop itself", 60*time.Second, func() bool { return e.ls()["nap"].State == "stopped" })
 }
 
 func testLongStatePath(t *testing.T, e *env) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
@@ -147,7 +148,7 @@ func testSignalsForwarded(t *testing.T, e *env) {
 		var out syncbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		done := startCmd(t, cmd)
-		waitFor(t, "the guest script to start", 30*time.Second, func() bool { return strings.Contains(out.String(), "ready") })
+		poll.Until(t, "the guest script to start", 30*time.Second, func() bool { return strings.Contains(out.String(), "ready") })
 		cmd.Process.Signal(tc.sig)
 		if code := exitOf(t, done, 30*time.Second, "krunbox run after SIG"+tc.name); code != tc.code || !strings.Contains(out.String(), "got-"+tc.name) {
 			t.Errorf("SIG%s to krunbox run: exit %d, output %q; want the guest's trap to run and exit %d", tc.name, code, out.String(), tc.code)

@@ -11,6 +11,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
@@ -78,7 +79,7 @@ func (term *terminal) send(s string) {
 // waitOutput waits until the output holds want, n times.
 func (term *terminal) waitOutput(want string, n int) {
 	term.t.Helper()
-	waitFor(term.t, "terminal output "+want, 30*time.Second, func() bool { return strings.Count(term.out.String(), want) >= n })
+	poll.Until(term.t, "terminal output "+want, 30*time.Second, func() bool { return strings.Count(term.out.String(), want) >= n })
 }
 
 func (term *terminal) wait() int {
@@ -95,7 +96,7 @@ func testTerminal(t *testing.T, e *env) {
 	e.started("tty")
 	term := e.onTerminal(24, 80, "exec", "-it", "tty", "sh")
 	// Raw mode: keys go to the guest as bytes, and its terminal echoes.
-	waitFor(t, "raw mode", 30*time.Second, term.raw)
+	poll.Until(t, "raw mode", 30*time.Second, term.raw)
 	term.send("stty size; tty\r")
 	term.waitOutput("24 80", 1)
 	term.waitOutput("/dev/pts/", 1)
@@ -104,14 +105,14 @@ func testTerminal(t *testing.T, e *env) {
 	if err := pty.Setsize(term.master, &pty.Winsize{Rows: 40, Cols: 100}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new size in the guest", 30*time.Second, func() bool {
+	poll.Until(t, "the new size in the guest", 30*time.Second, func() bool {
 		// One probe at a time: ask, wait for the answer, look at it.
 		answers := func() int {
 			return strings.Count(term.out.String(), "24 80") + strings.Count(term.out.String(), "40 100")
 		}
 		n := answers()
 		term.send("stty size\r")
-		waitFor(t, "stty's answer", 30*time.Second, func() bool { return answers() > n })
+		poll.Until(t, "stty's answer", 30*time.Second, func() bool { return answers() > n })
 		return strings.Contains(term.out.String(), "40 100")
 	})
 
@@ -119,9 +120,9 @@ func testTerminal(t *testing.T, e *env) {
 	// foreground process, not krunbox.
 	sleeping := func() bool { return e.krunbox("exec", "tty", "pidof", "sleep").code == 0 }
 	term.send("sleep 600\r")
-	waitFor(t, "sleep to run", 30*time.Second, sleeping)
+	poll.Until(t, "sleep to run", 30*time.Second, sleeping)
 	term.send("\x03")
-	waitFor(t, "Ctrl-C to end sleep", 30*time.Second, func() bool { return !sleeping() })
+	poll.Until(t, "Ctrl-C to end sleep", 30*time.Second, func() bool { return !sleeping() })
 	term.send("echo status=$?\r")
 	term.waitOutput("status=130", 1)
 	term.send("exit 5\r")
@@ -134,8 +135,8 @@ func testTerminal(t *testing.T, e *env) {
 
 	// run -t -i: Ctrl-C kills the guest process, which krunbox reports.
 	term = e.onTerminal(24, 80, "run", "-t", "-i", image, "--", "sleep", "600")
-	waitFor(t, "raw mode", 30*time.Second, term.raw)
-	waitFor(t, "the ad-hoc sandbox's sleep", 30*time.Second, func() bool {
+	poll.Until(t, "raw mode", 30*time.Second, term.raw)
+	poll.Until(t, "the ad-hoc sandbox's sleep", 30*time.Second, func() bool {
 		for name := range e.ls() {
 			if name != "tty" && e.krunbox("exec", name, "pidof", "sleep").code == 0 {
 				return true

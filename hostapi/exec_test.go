@@ -20,6 +20,7 @@ import (
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 )
 
 func TestRunExitStatus(t *testing.T) {
@@ -278,7 +279,7 @@ func TestOrphansAreReaped(t *testing.T) {
 		t.Fatalf("orphan %d has parent %d, want the agent %d (subreaper)", orphan, ppid, a.Pid())
 	}
 	waitGone(t, orphan) // gone means reaped: a zombie still has /proc/<pid>
-	waitFor(t, "no zombie children of the agent", func() bool { return len(zombieChildren(a.Pid())) == 0 })
+	poll.Until(t, "no zombie children of the agent", 20*time.Second, func() bool { return len(zombieChildren(a.Pid())) == 0 })
 }
 
 func TestExitStatusNotStolenByReaper(t *testing.T) {
@@ -515,7 +516,7 @@ func TestSlowReaderHoldsProcessBack(t *testing.T) {
 	// Wait until the writer stops making progress, then check how far it got.
 	var written int64
 	stable := 0
-	waitFor(t, "the writer to block", func() bool {
+	poll.Until(t, "the writer to block", 20*time.Second, func() bool {
 		w := bytesWritten(t, writer)
 		if w == written && w > 0 {
 			stable++
@@ -585,22 +586,10 @@ func expectLine(t *testing.T, r *bufio.Reader, want string) {
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after 20 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // waitGone waits until pid no longer exists (not even as a zombie).
 func waitGone(t testing.TB, pid int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("process %d to be gone", pid), func() bool {
+	poll.Until(t, fmt.Sprintf("process %d to be gone", pid), 20*time.Second, func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
 		return errors.Is(err, fs.ErrNotExist)
 	})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 )
 
 func TestWriteReadFile(t *testing.T) {
@@ -96,7 +97,7 @@ func TestAbortedWriteLeavesOldFile(t *testing.T) {
 		t.Error("Close after cancel succeeded")
 	}
 
-	waitFor(t, "the agent to discard the temporary files", func() bool {
+	poll.Until(t, "the agent to discard the temporary files", 20*time.Second, func() bool {
 		ents, _ := os.ReadDir(dir)
 		return len(ents) == 1
 	})

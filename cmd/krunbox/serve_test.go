@@ -21,6 +21,7 @@ import (
 	"github.com/krunbox/krunbox/hostapi"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
@@ -353,18 +354,6 @@ func (c *serveConn) sh(sandbox, script string) string {
 		c.t.Fatalf("sh -c %q: %+v, stderr %q", script, r.exit, r.stderr)
 	}
 	return strings.TrimSpace(r.stdout)
-}
-
-// eventually polls cond until it holds, failing the test after 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for delay := time.Millisecond; !cond(); delay = min(2*delay, 50*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(delay)
-	}
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
@@ -755,7 +744,7 @@ func TestServeExec(t *testing.T) {
 
 	// Signals go to the group; a duplicate id is refused while it runs.
 	c.call("exec.start", map[string]any{"sandbox": name, "execId": "trap", "argv": []string{"/bin/sh", "-c", "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done"}}, nil)
-	eventually(t, "the trap", func() bool { return strings.Contains(c.output("trap", "stdout"), "ready") })
+	poll.Until(t, "the trap", 10*time.Second, func() bool { return strings.Contains(c.output("trap", "stdout"), "ready") })
 	c.callErr("exec.start", map[string]any{"sandbox": name, "execId": "trap", "argv": []string{"true"}}, codeInvalidParams)
 	c.callErr("exec.signal", map[string]any{"execId": "trap", "signal": "SIGBOGUS"}, codeInvalidParams)
 	var sent struct{ Delivered bool }
@@ -915,7 +904,7 @@ func TestServeEOFKillsCommandsKeepsSandbox(t *testing.T) {
 	pidFile := filepath.Join(e.workspace, "pid")
 	c.call("exec.start", map[string]any{"sandbox": name, "execId": "sleeper", "argv": []string{"/bin/sh", "-c", "echo $$ > " + pidFile + "; exec sleep 300"}}, nil)
 	var pid string
-	eventually(t, "the sleeper's pid", func() bool {
+	poll.Until(t, "the sleeper's pid", 10*time.Second, func() bool {
 		b, _ := os.ReadFile(pidFile)
 		pid = strings.TrimSpace(string(b))
 		return pid != ""

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
 )
 
@@ -144,18 +145,6 @@ func readFile(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(data)
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestExitCodePropagation(t *testing.T) {
@@ -408,12 +397,12 @@ func TestMonitorAndRunnerKilled(t *testing.T) {
 	}
 	syscall.Kill(ri.Monitor, syscall.SIGKILL)
 	// With the monitor gone, the runner alone holds the lock.
-	waitFor(t, "the monitor to die", func() bool { return syscall.Kill(ri.Monitor, 0) != nil || isZombie(ri.Monitor) })
+	poll.Until(t, "the monitor to die", 20*time.Second, func() bool { return syscall.Kill(ri.Monitor, 0) != nil || isZombie(ri.Monitor) })
 	if st, _ := v.State(); st != StateRunning {
 		t.Fatalf("runner alive without its monitor: state %v", st)
 	}
 	syscall.Kill(ri.Pid, syscall.SIGKILL)
-	waitFor(t, "the VM to be seen stopped", func() bool { st, _ := v.State(); return st == StateStopped })
+	poll.Until(t, "the VM to be seen stopped", 20*time.Second, func() bool { st, _ := v.State(); return st == StateStopped })
 	if _, err := v.ExitStatus(); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("exit status without a monitor: %v, want unknown", err)
 	}
