@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
 	"github.com/krunbox/krunbox/internal/testutil/poll"
+	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
 func TestRunExitStatus(t *testing.T) {
@@ -362,16 +364,15 @@ func TestStdinStreaming(t *testing.T) {
 func TestStdinFromReader(t *testing.T) {
 	c, _ := newTestClient(t, nil)
 	data := bytes.Repeat([]byte("0123456789abcdef"), 5<<20/16) // 5 MiB: several windows
+	data = append(data, "the end"...)                          // not a whole window
 	res, err := c.Run(testContext(t), Cmd{Args: []string{"sha256sum"}, Stdin: bytes.NewReader(data)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _ := c.Run(testContext(t), Cmd{Args: []string{"wc", "-c"}, Stdin: bytes.NewReader(data)})
-	if strings.TrimSpace(string(out.Stdout)) != strconv.Itoa(len(data)) {
-		t.Fatalf("wc -c = %q, want %d", out.Stdout, len(data))
-	}
-	if len(res.Stdout) < 64 {
-		t.Fatalf("sha256sum: %q", res.Stdout)
+	// Every byte arrived, in order, and stdin was closed at the end.
+	want := fmt.Sprintf("%x  -\n", sha256.Sum256(data))
+	if got := string(res.Stdout); got != want {
+		t.Fatalf("sha256sum of the guest's stdin: %q, want %q", got, want)
 	}
 }
 
@@ -407,12 +408,37 @@ type countingWriter struct{ n int64 }
 
 func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
 
+// The same writer for stdout and stderr receives both streams in the order
+// the process wrote them. The guest writes each line only once the test has
+// seen the previous one (it waits for a line on stdin in between), so the
+// order is the process's, not a race between the two streams.
 func TestCombinedOutput(t *testing.T) {
 	c, _ := newTestClient(t, nil)
-	var b bytes.Buffer
-	_, err := c.Run(testContext(t), Cmd{Args: []string{"sh", "-c", "echo a; sleep 0.2; echo b >&2; sleep 0.2; echo c"}, Stdout: &b, Stderr: &b})
-	if err != nil || b.String() != "a\nb\nc\n" {
-		t.Fatalf("combined = %q, %v", b.String(), err)
+	var b syncbuf.Buffer
+	p, err := c.Start(testContext(t), Cmd{
+		Args:      []string{"sh", "-c", "echo a; read x; echo b >&2; read x; echo c"},
+		Stdout:    &b,
+		Stderr:    &b,
+		OpenStdin: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, want := range []string{"a\n", "a\nb\n"} {
+		poll.Until(t, fmt.Sprintf("combined output %q", want), 20*time.Second, func() bool { return len(b.String()) >= len(want) })
+		if got := b.String(); got != want {
+			t.Fatalf("combined output %q, want %q", got, want)
+		}
+		if _, err := io.WriteString(p.Stdin(), "next\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.String(); got != "a\nb\nc\n" {
+		t.Fatalf("combined output %q, want %q", got, "a\nb\nc\n")
 	}
 }
 
