@@ -308,15 +308,30 @@ func TestReadFileErrors(t *testing.T) {
 	}
 }
 
+// EACCES from the guest reads as fs.ErrPermission. The agent runs without
+// privileges (as nobody when the tests run as root, as in CI), in a
+// directory it may read, so only the file's mode refuses it.
 func TestPermissionDenied(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root reads everything; the exec test covers EACCES as root")
+	c, _ := newTestClient(t, nil, unprivileged(t)...)
+	ctx := testContext(t)
+	dir, err := os.MkdirTemp("", "kbperm")
+	if err != nil {
+		t.Fatal(err)
 	}
-	c, _ := newTestClient(t, nil)
-	name := filepath.Join(t.TempDir(), "secret")
-	os.WriteFile(name, nil, 0o000)
-	if _, err := c.ReadFile(testContext(t), name); !errors.Is(err, fs.ErrPermission) {
-		t.Fatalf("ReadFile of a 0000 file: %v, want ErrPermission", err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	public, secret := filepath.Join(dir, "public"), filepath.Join(dir, "secret")
+	os.WriteFile(public, []byte("open"), 0o644)
+	os.WriteFile(secret, []byte("closed"), 0o000)
+	if data, err := c.ReadFile(ctx, public); err != nil || string(data) != "open" {
+		t.Fatalf("ReadFile of a 0644 file beside it: %q, %v", data, err)
+	}
+	_, err = c.ReadFile(ctx, secret)
+	var pe *fs.PathError
+	if !errors.As(err, &pe) || pe.Op != "open" || pe.Path != secret || !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("ReadFile of a 0000 file: %v, want a PathError for ErrPermission", err)
 	}
 }
 

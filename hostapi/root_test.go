@@ -22,6 +22,26 @@ func requireRoot(t *testing.T) {
 	}
 }
 
+// nobody is the unprivileged user tests run the agent as when they are root.
+const nobody = 65534
+
+// unprivileged returns the options that run the agent as a user without
+// privileges: none when the tests are not root, else nobody's credentials.
+// It skips the test when root cannot start a process as nobody.
+func unprivileged(t *testing.T) []agenttest.Option {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	cmd := exec.Command(agenttest.Binary(), "--help")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot start the agent as nobody (uid %d): %v", nobody, err)
+	}
+	cmd.Wait()
+	return []agenttest.Option{agenttest.WithCredential(nobody, nobody)}
+}
+
 func TestRunAsUser(t *testing.T) {
 	requireRoot(t)
 	c, _ := newTestClient(t, &protocol.Config{User: "nobody"})
@@ -50,10 +70,7 @@ func TestRunAsUser(t *testing.T) {
 }
 
 func TestRunAsOtherUserWithoutRoot(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("the agent runs as root here")
-	}
-	c, _ := newTestClient(t, nil)
+	c, _ := newTestClient(t, nil, unprivileged(t)...)
 	_, err := c.Run(testContext(t), Cmd{Args: []string{"true"}, User: "0"})
 	var se *StartError
 	if !errors.As(err, &se) || se.Op != "user" || !errors.Is(err, fs.ErrPermission) {

@@ -30,6 +30,11 @@ func Main(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// Reachable by other users, for agents run WithCredential.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	binary = filepath.Join(dir, "krunbox-agent")
 	cmd := exec.Command("go", "build", "-o", binary, "github.com/krunbox/krunbox/cmd/krunbox-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -71,6 +76,7 @@ type options struct {
 	env        []string
 	wrapper    []string
 	configJSON []byte
+	cred       *syscall.Credential
 }
 
 // WithEnv adds KEY=VALUE entries to the agent's environment.
@@ -83,6 +89,13 @@ func WithConfigJSON(data []byte) Option { return func(o *options) { o.configJSON
 // WithWrapper runs the agent under a command, such as
 // "unshare", "-m", "-u", "--".
 func WithWrapper(argv ...string) Option { return func(o *options) { o.wrapper = argv } }
+
+// WithCredential runs the agent as the user uid and group gid, with no
+// supplementary groups (which needs root); its directory is given to that
+// user.
+func WithCredential(uid, gid uint32) Option {
+	return func(o *options) { o.cred = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}} }
+}
 
 // Start runs the agent with cfg (nil: an empty config) on a socket in a
 // new temporary directory, waits until it accepts connections, and stops
@@ -123,7 +136,12 @@ func Start(t testing.TB, cfg *protocol.Config, opts ...Option) *Agent {
 	a.Cmd = exec.Command(argv[0], argv[1:]...)
 	a.Cmd.Stdout, a.Cmd.Stderr = logf, logf
 	a.Cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, o.env...)
-	a.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	a.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: o.cred}
+	if o.cred != nil {
+		if err := os.Chown(dir, int(o.cred.Uid), int(o.cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := a.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
