@@ -301,29 +301,75 @@ func TestShutdownTerminatesProcessesAndExits(t *testing.T) {
 	}
 }
 
-func TestIdleTimeout(t *testing.T) {
+// A process that outlives the idle timeout keeps the agent up; once it has
+// ended, the agent shuts itself down.
+func TestIdleTimeoutWaitsForProcesses(t *testing.T) {
 	c, a := newTestClient(t, &protocol.Config{IdleTimeout: 500 * time.Millisecond})
 	ctx := testContext(t)
-	// A process that outlives the idle timeout keeps the agent up.
 	if _, err := c.Run(ctx, Command("sleep", "1")); err != nil {
 		t.Fatalf("exec longer than the idle timeout: %v", err)
 	}
-	// Pings do not count as activity: the agent shuts down regardless.
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-				c.Ping(ctx)
-			}
-		}
-	}()
 	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if code, ok := a.Wait(waitCtx); !ok || code != 0 {
 		t.Fatalf("agent exit %d (exited %v), want an idle shutdown with 0", code, ok)
+	}
+}
+
+// Exec and file calls are activity for the idle timeout, pings and health
+// checks are not: an agent called only with those shuts down on time, one
+// kept busy with the others stays up past its timeout and shuts down once
+// the calls stop.
+func TestIdleTimeout(t *testing.T) {
+	const idle = 500 * time.Millisecond
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		call   func(context.Context, *Client) error
+		active bool
+	}{
+		{"ping", func(ctx context.Context, c *Client) error { _, err := c.Ping(ctx); return err }, false},
+		{"health", func(ctx context.Context, c *Client) error { _, err := c.Health(ctx); return err }, false},
+		{"exec", func(ctx context.Context, c *Client) error { _, err := c.Run(ctx, Command("true")); return err }, true},
+		{"stat", func(ctx context.Context, c *Client) error { _, err := c.Stat(ctx, file); return err }, true},
+		{"read file", func(ctx context.Context, c *Client) error { _, err := c.ReadFile(ctx, file); return err }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, a := newTestClient(t, &protocol.Config{IdleTimeout: idle})
+			ctx := testContext(t)
+			start := time.Now()
+			// keepCalling calls every 20 ms, for at most d or until the
+			// agent exits, and reports whether it did.
+			keepCalling := func(d time.Duration) bool {
+				for time.Since(start) < d {
+					if err := tt.call(ctx, c); err != nil && tt.active {
+						t.Fatalf("%s call %v after the start: %v", tt.name, time.Since(start).Round(time.Millisecond), err)
+					}
+					pause, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+					_, exited := a.Wait(pause)
+					cancel()
+					if exited {
+						return true
+					}
+				}
+				return false
+			}
+			if tt.active {
+				if keepCalling(3 * idle) {
+					t.Fatalf("the agent shut down within %v although it had %s calls every 20 ms (idle timeout %v)", time.Since(start).Round(time.Millisecond), tt.name, idle)
+				}
+			} else if !keepCalling(20 * time.Second) {
+				t.Fatalf("the agent still runs 20 s after the start, with only %s calls (idle timeout %v)", tt.name, idle)
+			}
+			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if code, ok := a.Wait(waitCtx); !ok || code != 0 {
+				t.Fatalf("agent exit %d (exited %v), want an idle shutdown with 0", code, ok)
+			}
+		})
 	}
 }
