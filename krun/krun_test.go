@@ -180,6 +180,23 @@ func TestMarshalling(t *testing.T) {
 	}
 }
 
+// The port map reaches krun_set_port_map as given, in order, and an empty
+// one as an empty array: libkrun dereferences a NULL.
+func TestPortMapMarshalling(t *testing.T) {
+	lib := openDouble(t)
+	for _, ports := range [][]string{nil, {"8080:80"}, {"8080:80", "2222:22", "65535:1"}} {
+		t.Run(fmt.Sprint(len(ports)), func(t *testing.T) {
+			c, err := lib.NewContext()
+			must(t, err)
+			must(t, c.SetPortMap(ports))
+			d := freeAndDump(t, c)
+			if d.PortMap == nil || strings.Join(d.PortMap, ",") != strings.Join(ports, ",") || len(d.PortMap) != len(ports) {
+				t.Errorf("port map = %q, want %q (never NULL)", d.PortMap, ports)
+			}
+		})
+	}
+}
+
 func TestNilEnvIsEmptyNotHost(t *testing.T) {
 	lib := openDouble(t)
 	c, err := lib.NewContext()
