@@ -2,6 +2,7 @@ package hostapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -384,6 +385,39 @@ func TestIdleTimeoutStopsTheVM(t *testing.T) {
 	}
 	if st, err := sb.Status(ctx); err != nil || st.State != StateStopped {
 		t.Errorf("status after the idle timeout: %+v, %v; want stopped", st, err)
+	}
+}
+
+// Config.Ports reach libkrun: in the VM spec the runner reads, and in the
+// port map the runner gives krun_set_port_map (the test double records what
+// it was given when the VM starts, TESTKRUN_DUMP).
+func TestPublishedPortsReachLibkrun(t *testing.T) {
+	h, ref := testHost(t)
+	dump := filepath.Join(t.TempDir(), "krun.json")
+	t.Setenv("TESTKRUN_DUMP", dump) // inherited by the runner
+	ports := []PortMapping{{Host: 18080, Guest: 80}, {Host: 12222, Guest: 22}}
+	sb := started(t, h, Config{Image: ref, Ports: ports})
+
+	spec, err := vmm.ReadSpec(sb.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(spec.PortMap, ports) {
+		t.Errorf("VM spec port map %v, want %v", spec.PortMap, ports)
+	}
+	data, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatalf("the test double recorded no configuration: %v", err)
+	}
+	var got struct {
+		Event   string   `json:"event"`
+		PortMap []string `json:"port_map"`
+	}
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatalf("%s: %v", data, err)
+	}
+	if want := []string{"18080:80", "12222:22"}; got.Event != "start" || !slices.Equal(got.PortMap, want) {
+		t.Errorf("libkrun got port map %q at %q, want %q at start", got.PortMap, got.Event, want)
 	}
 }
 
