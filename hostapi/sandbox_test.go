@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
 )
@@ -338,6 +341,81 @@ func TestKilledRunnerIsDead(t *testing.T) {
 	if got := run(t, sb, "echo", "back"); got != "back" {
 		t.Errorf("after restart: %q", got)
 	}
+}
+
+// A guest agent that stops answering: Status says the sandbox is
+// unresponsive, and Stop, its shutdown through the agent getting no answer
+// within the stop timeout, ends the VM itself (SIGTERM to the runner).
+func TestStopUnresponsiveSandbox(t *testing.T) {
+	const stopTimeout = time.Second
+	h, ref := testHost(t, WithStopTimeout(stopTimeout))
+	sb := started(t, h, Config{Name: "frozen", Image: ref})
+	ri, err := vmm.Open(sb.Dir()).Runner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := descendantNamed(ri.Pid, "krunbox-agent")
+	if agent == 0 {
+		t.Fatalf("no krunbox-agent process below the runner %d", ri.Pid)
+	}
+	if err := syscall.Kill(agent, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(agent, syscall.SIGCONT) })
+
+	var st *Status
+	poll.Until(t, "Status to say unresponsive", 10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		defer cancel()
+		st, err = sb.Status(ctx)
+		return err == nil && st.State == StateUnresponsive
+	})
+	if st.Pid != ri.Pid || st.Reason == "" || st.Agent != nil {
+		t.Errorf("status of the frozen sandbox: %+v; want its runner's pid and a reason", st)
+	}
+
+	start := time.Now()
+	if err := sb.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	// The agent had the stop timeout to answer; then SIGTERM ends the runner
+	// at once, well before SIGKILL would (5 s later).
+	if took := time.Since(start); took < stopTimeout || took > stopTimeout+5*time.Second {
+		t.Errorf("Stop took %v, want the stop timeout (%v) and a prompt SIGTERM", took, stopTimeout)
+	}
+	st, err = sb.Status(t.Context())
+	if err != nil || st.State != StateStopped || st.Exit == nil || st.Exit.Signal != "SIGTERM" {
+		t.Fatalf("status after Stop: %+v, %v; want stopped, the runner ended by SIGTERM", st, err)
+	}
+	// The guest's processes die with the VM (the double kills its PID
+	// namespace once the runner is gone, a real VM just ends).
+	waitGone(t, agent)
+}
+
+// descendantNamed returns a process below root whose command name is comm,
+// or 0.
+func descendantNamed(root int, comm string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || strings.TrimSpace(string(b)) != comm {
+			continue
+		}
+		for p := pid; p > 1; {
+			ppid, ok := parentOf(p)
+			if !ok {
+				break
+			}
+			if ppid == root {
+				return pid
+			}
+			p = ppid
+		}
+	}
+	return 0
 }
 
 func TestStartFailureSaysWhy(t *testing.T) {
