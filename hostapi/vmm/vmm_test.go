@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -443,12 +444,54 @@ func TestStalePidFileIsNotALiveVM(t *testing.T) {
 	}
 }
 
+// ignoreSIGTERMEnv makes a runner started from this test binary ignore
+// SIGTERM, as a VMM stuck or deaf to it would. It takes effect as the
+// package's variables are initialised (ignoreSIGTERM), which happens before
+// any init function, so before runner.go's init turns the process into the
+// runner.
+const ignoreSIGTERMEnv = "KRUNBOX_VMM_TEST_IGNORE_SIGTERM"
+
+var _ = ignoreSIGTERM()
+
+func ignoreSIGTERM() bool {
+	if os.Getenv(ignoreSIGTERMEnv) == "" {
+		return false
+	}
+	signal.Ignore(syscall.SIGTERM)
+	return true
+}
+
 func TestStop(t *testing.T) {
-	spec, dir := shellSpec(t, "while :; do sleep 1; done")
-	v := startVM(t, dir, spec)
-	es, err := v.Stop(context.Background(), 5*time.Second)
-	if err != nil || es.Signal != "SIGTERM" {
-		t.Errorf("Stop: %+v, %v; want the runner ended by SIGTERM", es, err)
+	const grace = time.Second
+	for _, tt := range []struct {
+		name       string
+		ignoreTERM bool
+		want       string // the signal that ended the runner
+	}{
+		{"SIGTERM ends the runner", false, "SIGTERM"},
+		{"SIGKILL after the grace when SIGTERM is ignored", true, "SIGKILL"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.ignoreTERM {
+				t.Setenv(ignoreSIGTERMEnv, "1")
+			}
+			spec, dir := shellSpec(t, "while :; do sleep 1; done")
+			v := startVM(t, dir, spec)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			es, err := v.Stop(ctx, grace)
+			took := time.Since(start)
+			if err != nil || es.Signal != tt.want || es.Code != 128+int(unix.SignalNum(tt.want)) {
+				t.Fatalf("Stop: %+v, %v; want the runner ended by %s", es, err, tt.want)
+			}
+			if tt.ignoreTERM && took < grace {
+				t.Errorf("SIGKILL %v after SIGTERM, before the grace of %v ended", took, grace)
+			}
+			if st, err := v.State(); err != nil || st != StateStopped {
+				t.Errorf("state after Stop: %v, %v; want stopped", st, err)
+			}
+		})
 	}
 }
 
