@@ -116,6 +116,24 @@ func CompileLibrary(t testing.TB, name, src string) string {
 	return lib
 }
 
+// KrunfwName is the file name under which libkrun loads libkrunfw on Linux.
+const KrunfwName = "libkrunfw.so.5"
+
+// Krunfw builds a stand-in libkrunfw from C source (such as
+// "int krunfw_get_version(void) { return 4; }") as KrunfwName, alone in a new
+// directory, and returns its path. A process started with that directory in
+// LD_LIBRARY_PATH loads it as libkrunfw (the loader reads the variable when
+// a process starts, so it takes a child process).
+func Krunfw(t testing.TB, src string) string {
+	t.Helper()
+	lib := CompileLibrary(t, "krunfw", src)
+	path := filepath.Join(filepath.Dir(lib), KrunfwName)
+	if err := os.Rename(lib, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // AbortingLibrary builds a library exporting every function libkrun must
 // have, whose krun_create_ctx aborts the process, as a broken libkrun can.
 func AbortingLibrary(t testing.TB) string {
