@@ -29,6 +29,12 @@ func TestMain(m *testing.M) {
 }
 
 func runHelper(name string) {
+	if name == "krunfw-version" {
+		// libkrunfw by name, as found through this process's LD_LIBRARY_PATH.
+		file, version, err := KrunfwVersion()
+		fmt.Println(file, version, err)
+		os.Exit(0)
+	}
 	lib, err := Open(os.Getenv("KRUN_TEST_LIB"))
 	if err != nil {
 		panic(err)
@@ -390,6 +396,68 @@ func TestOpenMissingRequiredSymbol(t *testing.T) {
 	var ue *UnsupportedError
 	if !errors.As(err, &ue) || ue.Func != "krun_create_ctx" {
 		t.Fatalf("Open(partial library) = %v, want krun_create_ctx reported missing", err)
+	}
+}
+
+const (
+	krunfwSource   = "int krunfw_get_version(void) { return 4; }\n"
+	noKrunfwSource = "int krunfw_get_kernel(void) { return 0; }\n"
+)
+
+func TestKrunfwVersionOfAFile(t *testing.T) {
+	good := testkrun.Krunfw(t, krunfwSource)
+	tests := []struct {
+		name, path string
+		version    int
+		err        string // "" for none
+	}{
+		{"libkrunfw", good, 4, ""},
+		{"no krunfw_get_version", testkrun.Krunfw(t, noKrunfwSource), 0, "no krunfw_get_version"},
+		{"missing", "/nonexistent/" + testkrun.KrunfwName, 0, "/nonexistent/" + testkrun.KrunfwName},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file, version, err := krunfwVersion(tt.path)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("krunfwVersion(%s) = %q, %d, %v; want an error saying %q", tt.path, file, version, err, tt.err)
+				}
+				return
+			}
+			if err != nil || file != tt.path || version != tt.version {
+				t.Fatalf("krunfwVersion(%s) = %q, %d, %v; want %q, %d", tt.path, file, version, err, tt.path, tt.version)
+			}
+		})
+	}
+}
+
+// KrunfwVersion finds libkrunfw by name, as libkrun does, and reports the
+// file it loaded. Run in a child process whose LD_LIBRARY_PATH leads to a
+// stand-in.
+func TestKrunfwVersionByName(t *testing.T) {
+	good := testkrun.Krunfw(t, krunfwSource)
+	bad := testkrun.Krunfw(t, noKrunfwSource)
+	tests := []struct {
+		name, dir, want string
+	}{
+		{"found", filepath.Dir(good), good + " 4 <nil>"},
+		{"no krunfw_get_version", filepath.Dir(bad), " 0 load libkrunfw: " + testkrun.KrunfwName + ": no krunfw_get_version"},
+		{"not found", t.TempDir(), " 0 load libkrunfw: " + testkrun.KrunfwName + ": cannot open shared object file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.name == "not found" {
+				if f, _, err := KrunfwVersion(); err == nil {
+					t.Skipf("this host has a libkrunfw (%s)", f)
+				}
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), helperEnv+"=krunfw-version", "LD_LIBRARY_PATH="+tt.dir)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.HasPrefix(string(out), tt.want) {
+				t.Fatalf("KrunfwVersion with LD_LIBRARY_PATH=%s: %q, %v; want %q", tt.dir, out, err, tt.want)
+			}
+		})
 	}
 }
 
