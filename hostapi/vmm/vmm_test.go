@@ -24,6 +24,7 @@ import (
 
 	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
+	"github.com/krunbox/krunbox/krun"
 )
 
 // helperEnv makes the test binary run a helper instead of the tests: a
@@ -817,25 +818,50 @@ func TestProbe(t *testing.T) {
 	if err != nil || !strings.Contains(missing.LoadErr, "/nonexistent/libkrun.so.1") {
 		t.Errorf("probe of a missing library: %+v, %v", missing, err)
 	}
+	// A libkrun that is not the double, and the libkrunfw it would boot.
+	krunfw := testkrun.Krunfw(t, "int krunfw_get_version(void) { return 4; }")
+	t.Setenv("LD_LIBRARY_PATH", filepath.Dir(krunfw)) // for the probe process
+	r, err = Probe(t.Context(), testkrun.Build(t, "-DTESTKRUN_UNMARKED"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TestDouble || r.Krunfw != krunfw || r.KrunfwVersion != 4 || r.KrunfwErr != "" || r.ContextErr != "" {
+		t.Errorf("probe of libkrun with libkrunfw %s, ABI version 4: %+v", krunfw, r)
+	}
 }
 
 func TestPreflight(t *testing.T) {
 	skipIfReal(t)
 	double := testkrun.Library(t)
-	kvm := filepath.Join(t.TempDir(), "kvm") // a stand-in device that opens
+	libkrun := testkrun.Build(t, "-DTESTKRUN_UNMARKED") // the double passing for libkrun
+	kvm := filepath.Join(t.TempDir(), "kvm")            // a stand-in device that opens
 	os.WriteFile(kvm, nil, 0o600)
+	// Directories for LD_LIBRARY_PATH: with a libkrunfw, with one lacking
+	// krunfw_get_version, with none.
+	krunfw := filepath.Dir(testkrun.Krunfw(t, "int krunfw_get_version(void) { return 4; }"))
+	oddKrunfw := filepath.Dir(testkrun.Krunfw(t, "int krunfw_get_kernel(void) { return 0; }"))
+	noKrunfw := t.TempDir()
 	for _, tc := range []struct {
-		name, lib, kvm string
-		want, hint     []string // empty want: no error
+		name, lib, kvm, krunfw string
+		want, hint             []string // empty want: no error
 	}{
-		{"the double needs no KVM", double, "", nil, nil},
-		{"a device forced and present", double, kvm, nil, nil},
-		{"a device forced and missing", double, "/nonexistent/kvm", []string{"cannot start VMs on this host", "cannot use KVM"}, []string{"no /nonexistent/kvm", "'krunbox doctor'"}},
-		{"no libkrun", "/nonexistent/libkrun.so.1", kvm, []string{"load libkrun", "/nonexistent/libkrun.so.1"}, []string{"install libkrun", "'krunbox doctor'"}},
-		{"no libkrun and no KVM", "/nonexistent/libkrun.so.1", "/nonexistent/kvm", []string{"cannot use KVM", "load libkrun"}, []string{"no /nonexistent/kvm", "install libkrun"}},
-		{"a library that aborts", testkrun.AbortingLibrary(t), kvm, []string{"SIGABRT"}, []string{"reinstall libkrun"}},
+		{"the double needs no KVM", double, "", noKrunfw, nil, nil},
+		{"a device forced and present", double, kvm, noKrunfw, nil, nil},
+		{"a device forced and missing", double, "/nonexistent/kvm", noKrunfw, []string{"cannot start VMs on this host", "cannot use KVM"}, []string{"no /nonexistent/kvm", "'krunbox doctor'"}},
+		{"no libkrun", "/nonexistent/libkrun.so.1", kvm, krunfw, []string{"load libkrun", "/nonexistent/libkrun.so.1"}, []string{"install libkrun", "'krunbox doctor'"}},
+		{"no libkrun and no KVM", "/nonexistent/libkrun.so.1", "/nonexistent/kvm", krunfw, []string{"cannot use KVM", "load libkrun"}, []string{"no /nonexistent/kvm", "install libkrun"}},
+		{"a library that aborts", testkrun.AbortingLibrary(t), kvm, krunfw, []string{"SIGABRT"}, []string{"reinstall libkrun"}},
+		{"libkrun and libkrunfw", libkrun, kvm, krunfw, nil, nil},
+		{"libkrun without libkrunfw", libkrun, kvm, noKrunfw, []string{"load libkrunfw", testkrun.KrunfwName}, []string{"install libkrunfw", "'krunbox doctor'"}},
+		{"libkrunfw without krunfw_get_version", libkrun, kvm, oddKrunfw, []string{"load libkrunfw", "no krunfw_get_version"}, []string{"install libkrunfw"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.lib == libkrun && tc.krunfw == noKrunfw {
+				if f, _, err := krun.KrunfwVersion(); err == nil {
+					t.Skipf("this host has a libkrunfw (%s)", f)
+				}
+			}
+			t.Setenv("LD_LIBRARY_PATH", tc.krunfw) // for the probe process
 			t.Setenv(KVMDeviceEnv, tc.kvm)
 			t.Setenv("TMPDIR", t.TempDir()) // an aborted probe cannot clean up
 			err := Preflight(t.Context(), tc.lib)
