@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -73,6 +74,57 @@ func TestDoctorReportsProblemsWithFixes(t *testing.T) {
 				if !strings.Contains(out, w) {
 					t.Errorf("output lacks %q:\n%s", w, out)
 				}
+			}
+		})
+	}
+}
+
+// With a libkrun that is not the test double (the double built without its
+// marker), doctor needs libkrunfw and says which file it loaded and its ABI
+// version, or why it could not.
+func TestDoctorLibkrunfw(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the stand-in libkrunfw is found through LD_LIBRARY_PATH")
+	}
+	libkrun := testkrun.Build(t, "-DTESTKRUN_UNMARKED")
+	krunfw := testkrun.Krunfw(t, "int krunfw_get_version(void) { return 4; }")
+	odd := testkrun.Krunfw(t, "int krunfw_get_kernel(void) { return 0; }")
+	none := t.TempDir()
+	tests := []struct {
+		name, lib, krunfwDir string
+		want                 []string
+		fatal                bool
+	}{
+		{"found", libkrun, filepath.Dir(krunfw),
+			[]string{"✓ libkrunfw: " + krunfw + ", ABI version 4", "✓ libkrun context"}, false},
+		{"missing", libkrun, none,
+			[]string{"✗ libkrunfw: load libkrunfw: " + testkrun.KrunfwName + ": cannot open shared object file", "fix: install libkrunfw"}, true},
+		{"no krunfw_get_version", libkrun, filepath.Dir(odd),
+			[]string{"✗ libkrunfw: load libkrunfw: " + testkrun.KrunfwName + ": no krunfw_get_version", "fix: install libkrunfw"}, true},
+		{"not needed by the test double", testkrun.Library(t), none,
+			[]string{"✓ libkrunfw: not found, and not needed by the test double"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.krunfwDir == none {
+				if f, _, err := krun.KrunfwVersion(); err == nil {
+					t.Skipf("this host has a libkrunfw (%s)", f)
+				}
+			}
+			doctorEnv(t)
+			t.Setenv(krun.LibraryEnv, tt.lib)
+			t.Setenv("LD_LIBRARY_PATH", tt.krunfwDir) // for doctor's probe process
+			code, out, _ := runCLI(t, "doctor")
+			if (code != 0) != tt.fatal || strings.Contains(out, "✗") != tt.fatal {
+				t.Errorf("exit code %d, want failure %v:\n%s", code, tt.fatal, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if double := strings.Contains(out, "test double"); double != (tt.lib != libkrun) {
+				t.Errorf("doctor took %s for the test double: %v\n%s", tt.lib, double, out)
 			}
 		})
 	}
