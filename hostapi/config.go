@@ -73,6 +73,9 @@ type Config struct {
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// Labels are free-form metadata.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Root chooses how the sandbox's root file system is made: RootAuto
+	// (the default), RootOverlay or RootCopy.
+	Root RootKind `json:"root,omitempty"`
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -88,6 +91,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Network == "" {
 		c.Network = NetworkTSI
+	}
+	if c.Root == "" {
+		c.Root = RootAuto
 	}
 	c.Mounts = slices.Clone(c.Mounts)
 	c.Env = slices.Clone(c.Env)
@@ -153,6 +159,9 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("host port %d is published twice", p.Host))
 		}
 		seen[p.Host] = true
+	}
+	if _, err := ParseRootKind(string(c.Root)); err != nil {
+		errs = append(errs, err)
 	}
 	if c.IdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("idle timeout %v: want 0 or more", c.IdleTimeout))
