@@ -19,7 +19,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,8 +68,8 @@ type Stats struct {
 // Copy copies the tree at src to dst, which must not exist, and syncs the
 // file system it is on, so the copy is on disk when Copy returns. Copy
 // tries, in order, to clone the whole tree (macOS), to reflink each file
-// (Linux), and to copy each file's data; a file system that refuses a
-// clone is not asked again. A failed or interrupted Copy leaves part of
+// (Linux), and to copy each file's data, several files at once; a file
+// system that refuses a clone is not asked again. A failed or interrupted Copy leaves part of
 // the tree at dst: copy to a temporary name, and rename it into place
 // once Copy returned, so that a partial copy is never taken for a whole.
 func Copy(ctx context.Context, src, dst string) (*Stats, error) {
@@ -80,6 +83,10 @@ func Copy(ctx context.Context, src, dst string) (*Stats, error) {
 	return st, nil
 }
 
+// workers is how many regular files are copied at once: copies wait on
+// the disk more than on the processor.
+const workers = 4
+
 func copyTree(ctx context.Context, src, dst string) (*Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -91,9 +98,28 @@ func copyTree(ctx context.Context, src, dst string) (*Stats, error) {
 	if cloned {
 		return &Stats{Method: Clone}, nil
 	}
-	c := &copier{ctx: ctx, links: map[fileID]string{}, reflink: true, root: os.Geteuid() == 0}
-	if err := c.copy(src, dst); err != nil {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	c := &copier{ctx: gctx, files: g, links: map[fileID]string{}, root: os.Geteuid() == 0}
+	err = c.copy(src, dst)
+	if werr := g.Wait(); err == nil {
+		err = werr
+	}
+	if err != nil {
 		return nil, err
+	}
+	// The further names of hard links once their files exist, then the
+	// directories' metadata, deepest first: filling a directory changes
+	// its times, and a read-only one could not be filled.
+	for _, l := range c.hardlinks {
+		if err := os.Link(l.first, l.dst); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range c.dirs {
+		if err := c.setMetadata(d.src, d.dst, &d.st); err != nil {
+			return nil, err
+		}
 	}
 	c.stats.Method = Plain
 	if c.stats.Cloned > 0 && c.stats.Cloned == c.stats.Files {
@@ -105,20 +131,38 @@ func copyTree(ctx context.Context, src, dst string) (*Stats, error) {
 // fileID identifies a file, to find its hard links.
 type fileID struct{ dev, ino uint64 }
 
+// copier copies a tree: one goroutine walks it, making directories, links
+// and special files, while regular files are copied by the group files.
 type copier struct {
-	ctx   context.Context
+	ctx context.Context
+	// root says the caller may give files their owners.
+	root  bool
+	files *errgroup.Group
+	// cannotClone is set once the file system refused a clone.
+	cannotClone atomic.Bool
+
+	mu    sync.Mutex // guards stats, written by the files' copiers
 	stats Stats
+
 	// links maps the files with several names to their first copy.
 	links map[fileID]string
-	// reflink is false once the file system refused a clone.
-	reflink bool
-	// root says the caller may give files their owners.
-	root bool
+	// hardlinks and dirs are what is done once every file is copied.
+	hardlinks []hardlink
+	dirs      []dir
 }
 
-// copy copies src to dst, and below it for a directory; the metadata of a
-// directory is set once it is filled, so a read-only one can be filled and
-// its time is not disturbed.
+type hardlink struct{ first, dst string }
+
+// dir is a directory whose metadata is yet to be set.
+type dir struct {
+	src, dst string
+	st       unix.Stat_t
+}
+
+// copy copies src to dst, and below it for a directory: it makes
+// directories, symbolic links and special files itself, hands regular
+// files to c.files, and leaves hard links and directories' metadata for
+// later (c.hardlinks, c.dirs).
 func (c *copier) copy(src, dst string) error {
 	if err := c.ctx.Err(); err != nil {
 		return err
@@ -141,21 +185,37 @@ func (c *copier) copy(src, dst string) error {
 				return err
 			}
 		}
-		c.stats.Dirs++
+		c.dirs = append(c.dirs, dir{src, dst, st})
+		c.count(func(s *Stats) { s.Dirs++ })
+		return nil
 	case unix.S_IFREG:
-		id := fileID{uint64(st.Dev), uint64(st.Ino)}
 		if st.Nlink > 1 {
+			id := fileID{uint64(st.Dev), uint64(st.Ino)}
 			if first, ok := c.links[id]; ok {
-				c.stats.Hardlinks++
-				return os.Link(first, dst) // the metadata is the first name's
+				c.hardlinks = append(c.hardlinks, hardlink{first, dst})
+				c.count(func(s *Stats) { s.Hardlinks++ }) // the metadata is the first name's
+				return nil
 			}
 			c.links[id] = dst
 		}
-		if err := c.copyFile(src, dst); err != nil {
-			return err
-		}
-		c.stats.Files++
-		c.stats.Bytes += st.Size
+		c.files.Go(func() error {
+			cloned, err := c.copyFile(src, dst)
+			if err == nil {
+				err = c.setMetadata(src, dst, &st)
+			}
+			if err != nil {
+				return err
+			}
+			c.count(func(s *Stats) {
+				s.Files++
+				s.Bytes += st.Size
+				if cloned {
+					s.Cloned++
+				}
+			})
+			return nil
+		})
+		return nil
 	case unix.S_IFLNK:
 		target, err := os.Readlink(src)
 		if err != nil {
@@ -164,48 +224,54 @@ func (c *copier) copy(src, dst string) error {
 		if err := os.Symlink(target, dst); err != nil {
 			return err
 		}
-		c.stats.Symlinks++
+		c.count(func(s *Stats) { s.Symlinks++ })
 	default:
 		if err := unix.Mknod(dst, uint32(st.Mode), int(st.Rdev)); err != nil {
 			return &os.PathError{Op: "mknod", Path: dst, Err: err}
 		}
-		c.stats.Others++
+		c.count(func(s *Stats) { s.Others++ })
 	}
 	return c.setMetadata(src, dst, &st)
 }
 
-// copyFile creates dst with src's data: cloned if the file system can,
-// copied otherwise.
-func (c *copier) copyFile(src, dst string) error {
+// count updates the statistics.
+func (c *copier) count(update func(*Stats)) {
+	c.mu.Lock()
+	update(&c.stats)
+	c.mu.Unlock()
+}
+
+// copyFile creates dst with src's data: cloned if the file system can
+// (cloned is then true), copied otherwise.
+func (c *copier) copyFile(src, dst string) (cloned bool, err error) {
 	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if c.reflink {
+	if !c.cannotClone.Load() {
 		err = cloneFile(out, in)
 		switch {
 		case err == nil:
-			c.stats.Cloned++
-			return out.Close()
+			return true, out.Close()
 		case errors.Is(err, errCannotClone):
-			c.reflink = false
+			c.cannotClone.Store(true)
 		default:
 			out.Close()
-			return &os.PathError{Op: "clone", Path: dst, Err: err}
+			return false, &os.PathError{Op: "clone", Path: dst, Err: err}
 		}
 	}
 	// On Linux, copy_file_range: the kernel copies, and may still share
 	// the data on file systems that can.
 	if _, err := io.Copy(out, in); err != nil {
 		out.Close()
-		return err
+		return false, err
 	}
-	return out.Close()
+	return false, out.Close()
 }
 
 // setMetadata gives dst src's owner (as root), mode, extended attributes
@@ -255,7 +321,7 @@ func (c *copier) copyXattrs(src, dst string) error {
 			continue
 		}
 		if name != OverrideStatXattr && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP)) {
-			c.stats.XattrsSkipped++
+			c.count(func(s *Stats) { s.XattrsSkipped++ })
 			continue
 		}
 		return &os.PathError{Op: "setxattr " + name, Path: dst, Err: err}
