@@ -39,6 +39,16 @@ func exists(t *testing.T, sb *Sandbox, name string) bool {
 	return err == nil
 }
 
+// hostLike returns a new Host like h (library, timeouts) on dirs.
+func hostLike(t *testing.T, h *Host, dirs Dirs) *Host {
+	t.Helper()
+	h2, err := NewHost(WithDirs(dirs), WithLibkrun(h.libkrun), WithStartTimeout(h.startTimeout), WithStopTimeout(h.stopTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h2
+}
+
 func TestCopyRootSandbox(t *testing.T) {
 	var logs syncbuf.Buffer
 	h, ref := testHost(t, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
@@ -137,10 +147,7 @@ func TestRootKindIsKept(t *testing.T) {
 	}
 
 	// Another Host, as another krunbox process would have.
-	h2, err := NewHost(WithDirs(h.Dirs()), WithLibkrun(h.libkrun), WithStartTimeout(h.startTimeout), WithStopTimeout(h.stopTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h2 := hostLike(t, h, h.Dirs())
 	for _, tt := range []struct {
 		name      string
 		kind      RootKind
@@ -208,13 +215,10 @@ func TestRootWhereOverlaysFail(t *testing.T) {
 	// cannot be mounted below this state directory.
 	d := h.Dirs()
 	d.State = filepath.Join(t.TempDir(), "st:ate")
-	h, err := NewHost(WithDirs(d), WithLibkrun(h.libkrun), WithStartTimeout(h.startTimeout), WithStopTimeout(h.stopTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h = hostLike(t, h, d)
 	ctx := t.Context()
 
-	_, err = h.Create(ctx, Config{Image: ref, Root: RootOverlay})
+	_, err := h.Create(ctx, Config{Image: ref, Root: RootOverlay})
 	var oe *OverlayUnavailableError
 	if !errors.As(err, &oe) || !strings.Contains(err.Error(), "mount overlay") || !strings.Contains(oe.Hint(), "copy") {
 		t.Fatalf("an overlay asked for where none can be mounted: %v", err)
