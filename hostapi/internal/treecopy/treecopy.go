@@ -69,9 +69,10 @@ type Stats struct {
 // file system it is on, so the copy is on disk when Copy returns. Copy
 // tries, in order, to clone the whole tree (macOS), to reflink each file
 // (Linux), and to copy each file's data, several files at once; a file
-// system that refuses a clone is not asked again. A failed or interrupted Copy leaves part of
-// the tree at dst: copy to a temporary name, and rename it into place
-// once Copy returned, so that a partial copy is never taken for a whole.
+// system that refuses a clone is not asked again. A failed or interrupted
+// Copy leaves part of the tree at dst: copy to a temporary name, and
+// rename it into place once Copy returned, so that a partial copy is
+// never taken for a whole.
 func Copy(ctx context.Context, src, dst string) (*Stats, error) {
 	st, err := copyTree(ctx, src, dst)
 	if err == nil {
