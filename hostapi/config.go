@@ -77,6 +77,9 @@ type Config struct {
 	// when the program that started it is gone (killed, crashed): the next
 	// Host.List or Host.Create removes it. "krunbox run --rm" sets it.
 	AutoRemove bool `json:"auto_remove,omitempty"`
+	// Root chooses how the sandbox's root file system is made: RootAuto
+	// (the default), RootOverlay or RootCopy.
+	Root RootKind `json:"root,omitempty"`
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -92,6 +95,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Network == "" {
 		c.Network = NetworkTSI
+	}
+	if c.Root == "" {
+		c.Root = RootAuto
 	}
 	c.Mounts = slices.Clone(c.Mounts)
 	c.Env = slices.Clone(c.Env)
@@ -157,6 +163,9 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("host port %d is published twice", p.Host))
 		}
 		seen[p.Host] = true
+	}
+	if _, err := ParseRootKind(string(c.Root)); err != nil {
+		errs = append(errs, err)
 	}
 	if c.IdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("idle timeout %v: want 0 or more", c.IdleTimeout))

@@ -5,8 +5,10 @@
 // A [Host] manages the sandboxes of one state directory and the image cache
 // they are made from ([NewHost]; KRUNBOX_HOME or the XDG directories).
 // [Host.Create] makes a [Sandbox] from a [Config]: its root file system is a
-// writable layer over the cached image, so nothing is copied; a workspace
-// is shared live at the same absolute path. [Sandbox.Start] boots its VM
+// writable layer over the cached image, so nothing is copied, or, where the
+// host cannot mount that overlay, the sandbox's own copy of the image,
+// cloned where the file system can ([RootKind]); a workspace is shared live
+// at the same absolute path. [Sandbox.Start] boots its VM
 // and returns once the guest agent answers, [Sandbox.Client] talks to that
 // agent ([Client.Run], [Client.Start], file operations, [Client.CopyIn],
 // [Client.CopyOut]), [Sandbox.Stop] and [Sandbox.Remove] end it.

@@ -43,6 +43,9 @@ type Host struct {
 
 	preflightMu sync.Mutex
 	preflightOK bool
+
+	// checkOverlay runs vmm.CheckOverlay once (see Host.checkOverlay).
+	checkOverlay func() error
 }
 
 // HostOption configures a Host.
@@ -81,6 +84,7 @@ func WithLogger(l *slog.Logger) HostOption { return func(h *Host) { h.log = l } 
 // WithDirs.
 func NewHost(opts ...HostOption) (*Host, error) {
 	h := &Host{startTimeout: 60 * time.Second, stopTimeout: 10 * time.Second, log: slog.Default()}
+	h.checkOverlay = sync.OnceValue(h.overlayCheck)
 	for _, o := range opts {
 		o(h)
 	}
@@ -111,13 +115,21 @@ func (h *Host) Images() (*oci.Store, error) {
 // start. Call it before Create to fail before an image is pulled; Start
 // calls it when a VM fails to boot, to say what the host lacks, and
 // before it pulls again an image the cache lost. A success is remembered
-// by the Host, a failure is not.
+// by the Host, a failure is not. Meanwhile, the Host checks, once, whether
+// sandbox roots can be overlays (see RootAuto), which Create would do
+// otherwise: the two checks' process starts overlap.
 func (h *Host) Preflight(ctx context.Context) error {
 	h.preflightMu.Lock()
 	defer h.preflightMu.Unlock()
 	if h.preflightOK {
 		return nil
 	}
+	overlay := make(chan struct{})
+	go func() {
+		h.checkOverlay()
+		close(overlay)
+	}()
+	defer func() { <-overlay }() // no check left running behind the caller
 	if err := vmm.Preflight(ctx, h.libkrun); err != nil {
 		return err
 	}
@@ -125,10 +137,11 @@ func (h *Host) Preflight(ctx context.Context) error {
 	return nil
 }
 
-// Create creates a sandbox from cfg: it pulls the image as cfg.PullPolicy
-// says and records the sandbox, without starting it. It costs no copy of
-// the image: the sandbox's root is a writable layer over the cached,
-// shared image tree.
+// Create creates a sandbox from cfg: it chooses its root (cfg.Root), pulls
+// the image as cfg.PullPolicy says and records the sandbox, without
+// starting it. It costs no copy of the image: an overlay root is a
+// writable layer over the cached, shared image tree, and a copied root is
+// made at the sandbox's first start.
 func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -142,6 +155,10 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	h.List()
 	own := []ownDir{{"state directory", h.dirs.State}, {"image cache", h.dirs.Cache}, {"configuration directory", h.dirs.Config}}
 	if err := refuseExposure(mounts, own); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	root, err := h.chooseRoot(cfg.Root)
+	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	// Held until the record is published: an rmi or prune meanwhile would
@@ -164,6 +181,7 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 		Created: time.Now().UTC(),
 		Config:  cfg,
 		Mounts:  mounts,
+		Root:    root,
 		Image: imageRef{
 			Ref:      cfg.Image,
 			Name:     img.Name,
@@ -188,6 +206,9 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("create sandbox %s: %w", name, err)
+		}
+		if root.Kind == RootCopy && cfg.Root == RootAuto {
+			h.log.Info("the sandbox's root will be a copy of the image, made at its first start", "sandbox", name, "why", root.Reason)
 		}
 		return h.open(name, rec), nil
 	}

@@ -33,8 +33,9 @@ const (
 	stopFile    = "stopped"      // present when the last stop was asked for
 )
 
-// recordVersion is the version of sandbox.json this code writes.
-const recordVersion = 1
+// recordVersion is the version of sandbox.json this code writes. Version
+// 2 added Root; a version 1 record has an overlay root.
+const recordVersion = 2
 
 // record is what a sandbox is made of, stored in sandbox.json.
 type record struct {
@@ -47,6 +48,8 @@ type record struct {
 	// it needs, then Config.Mounts.
 	Mounts []Mount  `json:"mounts"`
 	Image  imageRef `json:"image"`
+	// Root is the root chosen at create, kept for the sandbox's life.
+	Root RootInfo `json:"root,omitzero"`
 }
 
 // imageRef is the image a sandbox was made from.
@@ -400,10 +403,11 @@ func tail(path string, max int) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", " | ")), " ")
 }
 
-// vmSpec builds the VM spec: the image tree under the sandbox's writable
-// layer, the guest agent and its configuration, the shares.
+// vmSpec builds the VM spec: the sandbox's root (the image tree under its
+// writable layer, or its copy of the image), the guest agent and its
+// configuration, the shares.
 func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
-	rootfs, err := s.imageTree(ctx)
+	root, err := s.root(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -424,12 +428,7 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 	spec := &vmm.Spec{
 		VCPUs:     uint8(cfg.CPUs),
 		MemoryMiB: uint32(cfg.MemoryMiB),
-		Root: vmm.Root{
-			Lower:  rootfs,
-			Upper:  s.path("upper"),
-			Work:   s.path("work"),
-			Merged: s.path("merged"),
-		},
+		Root:      root,
 		Exec: vmm.Exec{
 			Path: protocol.AgentPath,
 			Args: []string{"--config", protocol.ConfigPath},

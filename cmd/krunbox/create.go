@@ -14,8 +14,13 @@ func newCreateCmd(s *streams) *cobra.Command {
 		Long: `create makes a sandbox from IMAGE (default: the configured image, see
 'krunbox config'), pulling the image if needed, and prints its name. Its
 root file system is a writable layer over the cached image: creating it
-copies nothing, and what the guest changes there persists across stops and
-starts of this sandbox only. 'krunbox start' boots it.
+copies nothing. Where the host cannot mount that overlay (macOS; Linux
+without unprivileged user namespaces; see 'krunbox doctor'), or with
+--root copy, it is a private copy of the image instead, made at the first
+start: cloned where the file system can (APFS, btrfs, XFS), else copied,
+which costs the image's size in disk and time. Either way, what the guest
+changes there persists across stops and starts of this sandbox only, and
+a sandbox keeps the root it was created with. 'krunbox start' boots it.
 
   krunbox create --name dev --workspace . alpine
   krunbox start dev && krunbox exec dev -- make test`,

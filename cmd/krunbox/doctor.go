@@ -23,9 +23,11 @@ func newDoctorCmd(s *streams) *cobra.Command {
 		Use:   "doctor",
 		Short: "Check that this machine can run krunbox VMs",
 		Long: `doctor checks what krunbox needs to run VMs: the platform, the hypervisor
-(/dev/kvm), libkrun and libkrunfw, a libkrun context, the macOS entitlement,
-the state directory and the guest agent. Each line says ✓ or ✗ and, for ✗,
-how to fix it. doctor exits with 1 when "krunbox run" cannot work.
+(/dev/kvm), the namespaces and overlay mount of sandbox roots (Linux),
+libkrun and libkrunfw, a libkrun context, the macOS entitlement, the state
+directory and the guest agent. Each line says ✓ or ✗ and, for ✗, how to
+fix it. doctor exits with 1 when "krunbox run" cannot work; a ✗ marked
+optional only makes krunbox slower.
 
 libkrun is loaded in a separate process, so a library that crashes cannot
 take doctor down. KRUNBOX_LIBKRUN names the libkrun file to check.`,
@@ -101,11 +103,7 @@ func doctor(ctx context.Context, w io.Writer) bool {
 	}
 
 	if runtime.GOOS == "linux" {
-		if err := vmm.CheckNamespaces(); err != nil {
-			c.bad(true, "namespaces", err, "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or the AppArmor profile restricting them), or run as root")
-		} else {
-			c.ok("namespaces", "the runner can get its mount and user namespaces")
-		}
+		doctorNamespaces(c)
 	}
 
 	doctorLibkrun(c, probe, probeErr)
@@ -128,6 +126,33 @@ func doctor(ctx context.Context, w io.Writer) bool {
 		c.ok("guest agent", "linux/%s, %s (%d KiB)", runtime.GOARCH, src, size/1024)
 	}
 	return !c.failed
+}
+
+// doctorNamespaces reports whether sandbox roots can be overlays: whether
+// the VM runner gets its namespaces and can mount an overlay there.
+// Without, sandboxes still run, on a copy of their image.
+func doctorNamespaces(c *checkList) {
+	const copied = "sandboxes will use a copied root (slower to create, more disk)"
+	if err := vmm.CheckNamespaces(); err != nil {
+		c.bad(false, "namespaces", fmt.Errorf("%w; %s", err, copied),
+			"allow unprivileged user namespaces: on Ubuntu 23.10 and later an AppArmor profile granting krunbox userns (see README), or sysctl kernel.apparmor_restrict_unprivileged_userns=0; "+
+				"elsewhere sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces above 0; in a container, allow unshare(2); or run as root")
+		return
+	}
+	dirs, err := hostapi.DefaultDirs()
+	if err == nil {
+		err = os.MkdirAll(dirs.Sandboxes(), 0o700)
+	}
+	if err != nil {
+		c.bad(false, "namespaces", fmt.Errorf("the runner gets its namespaces; the overlay mount was not checked: %w", err), "see the state directory line")
+		return
+	}
+	if err := vmm.CheckOverlay(dirs.Sandboxes()); err != nil {
+		c.bad(false, "namespaces", fmt.Errorf("the runner gets its namespaces but cannot mount an overlay root: %w; %s", err, copied),
+			"unprivileged overlay mounts need Linux 5.11 or later, and the state directory on a local file system other than overlayfs or NFS, at a path without ',', ':' or '\\' (set KRUNBOX_HOME to move it)")
+		return
+	}
+	c.ok("namespaces", "the runner gets its namespaces and mounts overlay roots: creating a sandbox copies nothing")
 }
 
 // doctorLibkrun reports what the probe of libkrun found: the library, its

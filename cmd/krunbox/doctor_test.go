@@ -130,6 +130,30 @@ func TestDoctorLibkrunfw(t *testing.T) {
 	}
 }
 
+// Where the runner cannot mount an overlay root (here: overlayfs cannot
+// take a ':' in the state directory's path), doctor says that sandboxes
+// will use a copied root, and how to enable the fast path, but krunbox
+// still works: the line is not fatal.
+func TestDoctorWithoutOverlayRoots(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("overlay roots are Linux's")
+	}
+	doctorEnv(t)
+	if code, out, _ := runCLI(t, "doctor"); code != 0 || !strings.Contains(out, "✓ namespaces: ") || !strings.Contains(out, "copies nothing") {
+		t.Fatalf("doctor where overlays work: code %d\n%s", code, out)
+	}
+	t.Setenv("KRUNBOX_HOME", filepath.Join(t.TempDir(), "a:b"))
+	code, out, _ := runCLI(t, "doctor")
+	if code != 0 {
+		t.Errorf("exit code %d: a copied root is slower, not fatal", code)
+	}
+	for _, want := range []string{"✗ namespaces: ", "cannot mount an overlay root", "sandboxes will use a copied root (slower to create, more disk) (optional)", "fix: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // A library that aborts the process must not take doctor down.
 func TestDoctorSurvivesACrashingLibrary(t *testing.T) {
 	doctorEnv(t)

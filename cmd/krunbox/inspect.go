@@ -20,8 +20,10 @@ type inspectJSON struct {
 	// needs, then the configured mounts.
 	Mounts []hostapi.Mount   `json:"mounts"`
 	Image  hostapi.ImageInfo `json:"image"`
-	Status *hostapi.Status   `json:"status"`
-	Paths  inspectPathsJSON  `json:"paths"`
+	// Root says how the sandbox's root file system is made.
+	Root   hostapi.RootInfo `json:"root"`
+	Status *hostapi.Status  `json:"status"`
+	Paths  inspectPathsJSON `json:"paths"`
 }
 
 type inspectPathsJSON struct {
@@ -46,7 +48,7 @@ func newInspectCmd(s *streams) *cobra.Command {
 				return err
 			}
 			out := inspectJSON{
-				Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Status: st,
+				Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Root: sb.Root(), Status: st,
 				Paths: inspectPathsJSON{
 					Dir: sb.Dir(), Socket: sb.SocketPath(), Console: sb.ConsolePath(),
 					RunnerLog: filepath.Join(sb.Dir(), vmm.LogFile),

@@ -86,6 +86,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	add("network", "net", "network: tsi (the host's, through libkrun) or none")
 	add("pull_policy", "pull", "when to pull the image: if-missing, always or never")
 	add("platform", "platform", "image platform, e.g. linux/arm64; default: the host's")
+	add("root", "root", "root file system: auto (an overlay where the host allows it, else a copy of the image), overlay or copy")
 	if idle {
 		add("idle_timeout", "idle-timeout", "stop the VM after this long without exec or file activity, e.g. 30m; 0 never")
 	}
@@ -117,6 +118,7 @@ func (f *sandboxFlags) config(cmd *cobra.Command, uc *userconfig.Config, image s
 		Network:     hostapi.Network(uc.Network),
 		IdleTimeout: uc.IdleTimeout,
 		Env:         append([]string(nil), uc.Env...),
+		Root:        hostapi.RootKind(uc.Root),
 	}
 	env, err := parseEnv(f.env)
 	if err != nil {

@@ -28,14 +28,17 @@
 //
 //   - on Linux, enters a new mount namespace and, for a caller that is not
 //     root, a new user namespace mapping the caller to root, so the guest
-//     sees the caller's files as root's;
+//     sees the caller's files as root's. An overlay root needs them; a
+//     plain-directory root does not, and where the host denies them
+//     (CheckNamespaces fails) its runner stays in the caller's namespaces
+//     and runner.log says so;
 //   - checks that it can open /dev/kvm read-write before calling libkrun
 //     (libkrun aborts without it) and otherwise exits with code 125 and a
 //     message in runner.log; only krunbox's test double (hack/testkrun),
 //     recognised by a marker symbol, runs without /dev/kvm, unless
 //     KRUNBOX_KVM_DEVICE names a device to check anyway;
 //   - mounts the overlay root (the read-only image tree under the VM's
-//     writable layer), places the spec's files (libkrun overlay files where
+//     writable layer; [CheckOverlay] says whether this host can), places the spec's files (libkrun overlay files where
 //     the library has them, else written into the writable root), raises
 //     RLIMIT_NOFILE, configures libkrun (console output to the spec's log
 //     file), writes runner.pid, tells Start it is ready, flushes and calls

@@ -19,6 +19,7 @@ package vmm
 // Keep in step with runner.go.
 #define KB_ROLE_ENV "_KRUNBOX_VMM_ROLE"
 #define KB_ROLE_VM "vm"
+#define KB_NO_NAMESPACES_ENV "_KRUNBOX_VMM_NO_NAMESPACES"
 #define KB_FD_READY 4
 #define KB_EXIT_RUNNER_FAILED 125
 
@@ -124,7 +125,7 @@ __attribute__((constructor)) static void kb_monitor(int argc, char **argv, char 
 	}
 	if (pid == 0) {
 #ifdef __linux__
-		if (kb_enter_namespaces() < 0)
+		if (!getenv(KB_NO_NAMESPACES_ENV) && kb_enter_namespaces() < 0)
 			_exit(KB_EXIT_RUNNER_FAILED);
 #endif
 		return; // on to the Go runtime and runnerMain

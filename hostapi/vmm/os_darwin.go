@@ -21,7 +21,7 @@ func selfExe() string {
 func runnerSysProcAttr() *syscall.SysProcAttr { return nil }
 
 // setupRoot: macOS has no overlayfs, so only plain-directory roots work.
-func setupRoot(r Root) error {
+func setupRoot(r Root, _ bool) error {
 	unix.CloseOnExec(fdLock)
 	if r.IsOverlay() {
 		return errors.New("overlay roots need Linux; use a plain directory (root dir) on macOS")

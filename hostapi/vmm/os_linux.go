@@ -31,13 +31,20 @@ func runnerSysProcAttr() *syscall.SysProcAttr {
 	return a
 }
 
-// setupRoot runs in the runner's own mount namespace: it stops mounts from
-// propagating to the host and mounts the overlay root, if any.
-func setupRoot(r Root) error {
+// setupRoot runs in the runner: in its own mount namespace (namespaces
+// true), it stops mounts from propagating to the host and mounts the
+// overlay root, if any; in the caller's, it mounts nothing.
+func setupRoot(r Root, namespaces bool) error {
+	unix.CloseOnExec(fdLock) // the guest program must not inherit the VM's lock
+	if !namespaces {
+		if r.IsOverlay() {
+			return errors.New("an overlay root needs the runner's mount namespace")
+		}
+		return nil
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	unix.CloseOnExec(fdLock) // the guest program must not inherit the VM's lock
 	if !r.IsOverlay() {
 		return nil
 	}

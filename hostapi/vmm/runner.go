@@ -67,6 +67,8 @@ func runRole(role string, args []string) int {
 		return probeMain(args[0])
 	case role == roleNamespaces:
 		return 0
+	case role == roleOverlay && len(args) == 1:
+		return overlayCheckMain(args[0])
 	}
 	fmt.Fprintf(os.Stderr, "krunbox runner: bad invocation (role %q, args %q)\n", role, args)
 	return ExitRunnerFailed
@@ -101,7 +103,9 @@ func runnerMain(dir string) int {
 		return fail("%v", err)
 	}
 
-	if err := setupRoot(spec.Root); err != nil {
+	namespaces := os.Getenv(noNamespacesEnv) == ""
+	os.Unsetenv(noNamespacesEnv)
+	if err := setupRoot(spec.Root, namespaces); err != nil {
 		return fail("root filesystem: %v", err)
 	}
 	if err := raiseNofile(); err != nil {

@@ -87,6 +87,10 @@ func Start(ctx context.Context, dir string, spec *Spec) (*VM, error) {
 	cmd.Dir = dir // not the caller's directory, which the VM would keep busy
 	cmd.ExtraFiles = []*os.File{lock, readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := namespacesUnavailable(spec.Root); err != nil {
+		cmd.Env = append(cmd.Env, noNamespacesEnv+"=1")
+		fmt.Fprintf(logf, "krunbox runner: running without namespaces, so the guest sees files with their host owners: %v\n", err)
+	}
 	err = cmd.Start()
 	readyW.Close()
 	if err != nil {

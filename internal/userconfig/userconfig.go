@@ -46,6 +46,9 @@ type Config struct {
 	StopTimeout time.Duration
 	// Env is added to the environment of every sandbox (KEY=VALUE).
 	Env []string
+	// Root is how a new sandbox's root file system is made: "auto" (an
+	// overlay where the host allows it, else a copy), "overlay" or "copy".
+	Root string
 
 	sources map[string]string
 }
@@ -114,6 +117,9 @@ var settings = []setting{
 			return nil
 		},
 		func(c *Config) string { return strings.Join(c.Env, ",") }},
+	{"root", "KRUNBOX_ROOT", "root file system of new sandboxes: auto (an overlay where the host allows it, else a copy), overlay or copy",
+		func(c *Config, v string) error { return oneOf(&c.Root, v, "auto", "overlay", "copy") },
+		func(c *Config) string { return c.Root }},
 }
 
 // Defaults returns the built-in configuration.
@@ -125,6 +131,7 @@ func Defaults() *Config {
 		Network:     "tsi",
 		PullPolicy:  "if-missing",
 		StopTimeout: 10 * time.Second,
+		Root:        "auto",
 		sources:     map[string]string{},
 	}
 	for _, s := range settings {
