@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 )
 
 func TestCheckOverlay(t *testing.T) {
@@ -57,7 +60,7 @@ func TestPlainRootWithoutNamespaces(t *testing.T) {
 
 			spec, dir := shellSpec(t, `echo up; sleep 60`)
 			v := startVM(t, dir, spec)
-			waitFor(t, "the guest", func() bool {
+			poll.Until(t, "the guest", 20*time.Second, func() bool {
 				b, _ := os.ReadFile(spec.ConsoleLog)
 				return string(b) == "up\n"
 			})
