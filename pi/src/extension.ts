@@ -28,7 +28,7 @@ import {
 } from "@mariozechner/pi-coding-agent";
 import { type FoundBinary, findKrunbox, PACKAGE_ROOT } from "./binary.ts";
 import { ConfigError, describeConfig, type LoadedConfig, loadConfig } from "./config.ts";
-import { type BashExecOptions, FirstRead, GuestFS, guestBashOperations, guestGlob, LsCache } from "./guest.ts";
+import { type BashExecOptions, FirstRead, GuestFS, guestBashOperations, guestGlob, LsCache, withCallSignal } from "./guest.ts";
 import { type GrepParams, guestGrep } from "./grep.ts";
 import { ServeClient } from "./rpc.ts";
 import { NotReadyError, SandboxController, type State } from "./sandbox.ts";
@@ -238,6 +238,10 @@ export class KrunboxExtension {
     if (s.kind === "failed" && key !== this.lastNotified) {
       this.say(`krunbox: the sandbox could not start: ${s.reason}${s.hint ? `\nhint: ${s.hint}` : ""}\nTools are blocked. /krunbox restart to retry, /krunbox off to run tools on the host.`, "error");
     }
+    if (s.kind === "unresponsive" && key !== this.lastNotified) {
+      this.say(`krunbox: the sandbox is unresponsive: ${s.reason}\nTools are blocked until it answers again. ${s.hint}; /krunbox off runs tools on the host.`, "error");
+    }
+    if (s.kind === "ready" && this.lastNotified === "unresponsive:") this.say("krunbox: the sandbox answers again; tools run in it.");
     this.lastNotified = key;
   }
 
@@ -257,6 +261,8 @@ export class KrunboxExtension {
         return `krunbox: ready (${s.status.image ?? "?"}, ${s.status.name})`;
       case "stopped":
         return `krunbox: stopped (${s.reason}); starts again at the next tool call`;
+      case "unresponsive":
+        return `krunbox: blocked (unresponsive: ${s.reason})`;
       case "failed":
         return `krunbox: blocked (${s.reason})`;
     }
@@ -433,7 +439,8 @@ export class KrunboxExtension {
           const cwd = ctx?.cwd || cwd0;
           if (where === "host") return this.definition(tool, cwd, "host").execute(toolCallId, params, signal, onUpdate, ctx);
           this.sandbox().ready(); // throws NotReadyError: never falls through to the host
-          return this.definition(tool, cwd, "sandbox").execute(toolCallId, params, signal, onUpdate, ctx);
+          const def = this.definition(tool, cwd, "sandbox");
+          return withCallSignal(signal, () => def.execute(toolCallId, params, signal, onUpdate, ctx));
         },
       });
     }
@@ -551,10 +558,10 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
     if (conn?.info) lines.push(`server: ${conn.info.server.name} ${conn.info.server.version}, protocol ${conn.info.protocolVersion}`);
     const s = this.ctrl?.state;
     if (s?.kind === "ready" && s.status.bootMs !== undefined) lines.push(`boot: ${s.status.bootMs} ms`);
-    if (s?.kind === "failed" && s.hint) lines.push(`hint: ${s.hint}`);
+    if ((s?.kind === "failed" || s?.kind === "unresponsive") && s.hint) lines.push(`hint: ${s.hint}`);
     if (conn && !conn.closed && this.ctrl) {
       try {
-        const st = await conn.request<{ state: string }>("sandbox.status", { name: this.ctrl.name });
+        const st = await conn.request<{ state: string }>("sandbox.status", { name: this.ctrl.name }, { timeoutMs: this.ctrl.healthTimeoutMs });
         lines.push(`server says: ${st.state}`);
       } catch (err) {
         lines.push(`server says: ${(err as Error).message}`);
@@ -568,7 +575,11 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
     const conn = this.ctrl?.connection;
     if (conn && !conn.closed && this.ctrl) {
       try {
-        const r = await conn.request<{ text: string; truncated: boolean }>("sandbox.logs", { name: this.ctrl.name, maxBytes: 16384 });
+        const r = await conn.request<{ text: string; truncated: boolean }>(
+          "sandbox.logs",
+          { name: this.ctrl.name, maxBytes: 16384 },
+          { timeoutMs: this.ctrl.healthTimeoutMs },
+        );
         out.push(`--- console of ${this.ctrl.name}${r.truncated ? " (tail)" : ""} ---`, r.text.trimEnd() || "(empty)");
       } catch (err) {
         out.push(`console: ${(err as Error).message}`);

@@ -2,7 +2,7 @@
 // node_modules) behind a fake ExtensionAPI and a serve server (the stand-in by default).
 
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { after, describe, test } from "node:test";
@@ -74,20 +74,30 @@ async function shutdown(s: Setup): Promise<void> {
   await s.pi.emit("session_shutdown", { reason: "quit" });
 }
 
+/** A call of each routed tool that would leave marker behind if it ran. */
+function everyTool(marker: string): [string, Record<string, unknown>][] {
+  return [
+    ["bash", { command: `touch ${marker}` }],
+    ["write", { path: marker, content: "x" }],
+    ["read", { path: "/etc/hostname" }],
+    ["edit", { path: marker, edits: [] }],
+    ["ls", {}],
+    ["find", { pattern: "*" }],
+    ["grep", { pattern: "x" }],
+  ];
+}
+
+/** The extension's krunbox serve connection. */
+function serverOf(s: Setup): ServeClient {
+  return (s.ext as unknown as { ctrl: { connection: ServeClient } }).ctrl.connection;
+}
+
 describe("a sandbox that cannot be used blocks everything", () => {
   test("a bad configuration: session_start does not throw, every tool is blocked, nothing runs", async () => {
     const s = await setup({ user: `network = "wide-open"\n` });
     assert.match(s.pi.status(), /^krunbox: blocked \(configuration: .*network/);
     const marker = path.join(s.ws, "ran");
-    for (const [tool, input] of [
-      ["bash", { command: `touch ${marker}` }],
-      ["write", { path: marker, content: "x" }],
-      ["read", { path: "/etc/hostname" }],
-      ["edit", { path: marker, edits: [] }],
-      ["ls", {}],
-      ["find", { pattern: "*" }],
-      ["grep", { pattern: "x" }],
-    ] as const) {
+    for (const [tool, input] of everyTool(marker)) {
       const r = await s.pi.call(tool, input);
       assert.ok(r.blocked, `${tool} must be blocked`);
       assert.match(r.blocked, /krunbox: blocked, nothing ran: configuration: .*network/);
@@ -156,6 +166,136 @@ describe("a sandbox that cannot be used blocks everything", () => {
     const allowed = await s.pi.call("allowed_tool", {});
     assert.equal(ran, 1);
     assert.match(allowed.text, /^\[krunbox\] ran on the HOST, not in the sandbox \("allowed_tool" is in pass_through_tools\)\n/);
+    await shutdown(s);
+  });
+});
+
+/** The runner of a real sandbox (the VM) and every process under it, from its runner.pid (Linux). */
+function vmProcesses(krunboxHome: string, name: string): number[] {
+  const runner = (JSON.parse(readFileSync(path.join(krunboxHome, "state", "sandboxes", name, "runner.pid"), "utf8")) as { pid: number }).pid;
+  const parent = new Map<number, number>();
+  for (const p of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, "utf8");
+      parent.set(Number(p), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // gone
+    }
+  }
+  const found = [runner];
+  for (let i = 0; i < found.length; i++) for (const [pid, ppid] of parent) if (ppid === found[i]) found.push(pid);
+  return found;
+}
+
+/** Send sig to every pid that still exists. */
+function signalAll(pids: number[], sig: NodeJS.Signals): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, sig);
+    } catch {
+      // gone
+    }
+  }
+}
+
+describe("an unresponsive sandbox blocks everything until it answers again", () => {
+  // One second for a file call or a command's start, then (the VM case) four for the health
+  // check: the server's own ping of the guest agent takes up to two.
+  const deadlines = (health: number) => `call_timeout_sec = 1\nhealth_timeout_sec = ${health}\n`;
+
+  /** Everything blocked with the reason, nothing ran; the footer says so. */
+  async function assertBlocked(s: Setup, why: RegExp): Promise<void> {
+    assert.match(s.pi.status(), new RegExp(`^krunbox: blocked \\(unresponsive: ${why.source}`));
+    const marker = path.join(s.ws, "ran");
+    for (const [tool, input] of everyTool(marker)) {
+      const t0 = Date.now();
+      const r = await s.pi.call(tool, input);
+      assert.match(r.blocked ?? "", new RegExp(`^krunbox: blocked, nothing ran: the sandbox is unresponsive: ${why.source}.*/krunbox restart.*/krunbox logs`), tool);
+      assert.ok(Date.now() - t0 < 500, `${tool} is blocked at once, not after a deadline`);
+    }
+    const ub = await s.pi.emit("user_bash", { command: `touch ${marker}`, cwd: s.ws, excludeFromContext: false });
+    assert.match(ub.result.output, /blocked, "touch .*" did not run: the sandbox is unresponsive/);
+    assert.equal(existsSync(marker), false, "nothing ran");
+    assert.ok(s.pi.notes.some((n) => n.level === "error" && /the sandbox is unresponsive/.test(n.message) && /\/krunbox restart/.test(n.message)));
+  }
+
+  /** The first call fails within the deadlines saying the sandbox is unresponsive. */
+  async function assertCallFails(s: Setup, tool: string, input: Record<string, unknown>, why: RegExp, withinMs: number): Promise<void> {
+    const t0 = Date.now();
+    const r = await s.pi.call(tool, input);
+    const took = Date.now() - t0;
+    assert.equal(r.blocked, undefined, "the gate let it through: the sandbox looked ready");
+    assert.equal(r.isError, true);
+    assert.match(r.text, new RegExp(`^krunbox: the sandbox is unresponsive: ${why.source}.*/krunbox restart.*/krunbox logs`));
+    assert.ok(took >= 1000 && took < withinMs, `${tool} failed after ${took} ms, want 1000 to ${withinMs}`);
+  }
+
+  // Without deadlines such a call hangs: the tests' own timeouts turn that into a failure.
+  test("a stopped krunbox serve: the call fails within the deadlines, the rest is blocked, SIGCONT recovers", { timeout: 60_000 }, async () => {
+    const s = await setup({ user: deadlines(1) });
+    await ready(s);
+    writeFileSync(path.join(s.ws, "f.txt"), "before\n");
+    const pid = serverOf(s).pid as number;
+    process.kill(pid, "SIGSTOP");
+    try {
+      const why = /krunbox serve \(pid \d+\) does not answer: fs\.readFile \S+ got no answer within 1 s, nor did a health check within 1 s/;
+      await assertCallFails(s, "read", { path: "f.txt" }, why, 1000 + 1000 + 1500);
+      await assertBlocked(s, why);
+      await s.pi.command("krunbox", "status");
+      assert.match(s.pi.notes[s.pi.notes.length - 1]?.message ?? "", /server says: krunbox serve did not answer sandbox\.status within 1 s/, "/krunbox status answers");
+    } finally {
+      process.kill(pid, "SIGCONT");
+    }
+    await eventually(() => /ready/.test(s.pi.status()), "recovery after SIGCONT");
+    assert.ok(s.pi.notes.some((n) => /answers again/.test(n.message)));
+    assert.match((await s.pi.call("read", { path: "f.txt" })).text, /before/);
+    assert.match((await s.pi.call("bash", { command: "echo again" })).text, /again/);
+    await shutdown(s);
+  });
+
+  test("a stopped krunbox serve: a command's start fails within the deadlines; /krunbox restart replaces the server", { timeout: 60_000 }, async () => {
+    const s = await setup({ user: deadlines(1) });
+    await ready(s);
+    const first = serverOf(s);
+    const marker = path.join(s.ws, "late");
+    process.kill(first.pid as number, "SIGSTOP");
+    try {
+      await assertCallFails(s, "bash", { command: `touch ${marker}` }, /krunbox serve \(pid \d+\) does not answer: the start of "touch \S+" got no answer within 1 s/, 1000 + 1000 + 1500);
+      assert.match(s.pi.status(), /blocked \(unresponsive/);
+      await s.pi.command("krunbox", "restart");
+      assert.match(s.pi.status(), /ready/);
+      assert.notEqual(serverOf(s).pid, first.pid, "a new krunbox serve");
+      assert.equal(first.closed, true, "the stopped one was killed");
+    } finally {
+      // It was killed: SIGCONT is for when the restart failed.
+      try {
+        process.kill(first.pid as number, "SIGCONT");
+      } catch {
+        // gone
+      }
+    }
+    assert.equal(existsSync(marker), false, "the command that timed out never ran");
+    assert.match((await s.pi.call("bash", { command: "echo back" })).text, /back/);
+    await shutdown(s);
+  });
+
+  test("a stopped VM: the call fails within the deadlines with the server's reason, SIGCONT recovers", { timeout: 60_000, skip: IS_STANDIN && "SKIP: the stand-in has no VM processes (make pi-test runs this against build/krunbox)" }, async () => {
+    const s = await setup({ user: deadlines(4) });
+    await ready(s);
+    writeFileSync(path.join(s.ws, "f.txt"), "before\n");
+    const pids = vmProcesses(s.home, sandboxName(s.ws));
+    assert.ok(pids.length >= 2, `the runner and the guest: ${pids}`);
+    signalAll(pids, "SIGSTOP");
+    try {
+      const why = /the VM does not answer: /;
+      await assertCallFails(s, "read", { path: "f.txt" }, why, 1000 + 4000 + 1500);
+      await assertBlocked(s, why);
+    } finally {
+      signalAll(pids, "SIGCONT");
+    }
+    await eventually(() => /ready/.test(s.pi.status()), "recovery after SIGCONT", 15_000);
+    assert.match((await s.pi.call("read", { path: "f.txt" })).text, /before/);
+    assert.match((await s.pi.call("bash", { command: "echo again" })).text, /again/);
     await shutdown(s);
   });
 });
@@ -248,8 +388,7 @@ describe("routing into the sandbox", () => {
     const started = path.join(s.ws, "started");
     const inFlight = s.pi.call("bash", { command: `touch ${started}; sleep 10` });
     await eventually(() => existsSync(started), "the command to start");
-    const server = (s.ext as unknown as { ctrl: { connection: ServeClient } }).ctrl.connection;
-    process.kill(server.pid as number, "SIGKILL");
+    process.kill(serverOf(s).pid as number, "SIGKILL");
     const failed = await inFlight;
     assert.equal(failed.isError, true);
     assert.match(failed.text, /krunbox serve was killed by SIGKILL/);
