@@ -213,6 +213,11 @@ export class SandboxController {
   private async ensureClient(): Promise<ServeClient> {
     if (this.client && !this.client.closed) return this.client;
     const client = await this.connect();
+    if (this.disposed) {
+      // The session ended while the server started: nobody else will close it.
+      await client.close();
+      throw new Error("the session ended");
+    }
     this.client = client;
     client.on("sandbox.progress", (p) => {
       const { name, message } = p as { name: string; message: string };

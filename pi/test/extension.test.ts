@@ -10,7 +10,7 @@ import { KrunboxExtension, refusedWorkspace } from "../src/extension.ts";
 import { ServeClient } from "../src/rpc.ts";
 import { sandboxName } from "../src/workspace.ts";
 import { FakePi, registerHostTool } from "./fake-pi.ts";
-import { eventually, IMAGE, IS_STANDIN, removeSandboxes, SERVE_BIN, STANDIN } from "./serve-driver.ts";
+import { eventually, IMAGE, IS_STANDIN, removeSandboxes, SERVE_BIN, STANDIN, serveProcesses } from "./serve-driver.ts";
 
 // pi hands the host environment (this process's) to bash operations: it must not reach the guest.
 process.env.HOST_SECRET = "do-not-leak";
@@ -397,6 +397,17 @@ describe("routing into the sandbox", () => {
     assert.equal(r.blocked, undefined, "the gate starts a new server");
     assert.match(r.text, /back/);
     await shutdown(s);
+  });
+
+  test("a session that ends while its krunbox serve starts leaves no server behind", async () => {
+    const s = await setup();
+    await shutdown(s); // session_start only spawned the server: it has not answered initialize yet
+    try {
+      await eventually(() => serveProcesses(s.home).length === 0, "the server to exit");
+    } finally {
+      for (const pid of serveProcesses(s.home)) process.kill(pid, "SIGKILL"); // a leaked one would keep this test process alive
+    }
+    assert.equal(s.pi.statuses.some((t) => /ready/.test(t)), false, "the ended session did not come up");
   });
 
   test("the system prompt says where tools run", async () => {
