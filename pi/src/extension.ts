@@ -33,7 +33,7 @@ import { type GrepParams, guestGrep } from "./grep.ts";
 import { ServeClient } from "./rpc.ts";
 import { NotReadyError, SandboxController, type State } from "./sandbox.ts";
 import { piTrustIsDecision } from "./trust.ts";
-import { findWorkspace, sandboxName } from "./workspace.ts";
+import { findWorkspace, refusedWorkspace, sandboxName } from "./workspace.ts";
 
 /** The tools the extension runs in the sandbox. */
 export const ROUTED_TOOLS = ["bash", "read", "write", "edit", "ls", "find", "grep"] as const;
@@ -601,19 +601,6 @@ const HOST_DEFINITIONS: Record<RoutedTool, (cwd: string) => AnyDefinition> = {
   find: createFindToolDefinition,
   grep: createGrepToolDefinition,
 };
-
-/**
- * Why a workspace must not be mounted, or undefined. Mounting / or the home directory
- * would hand the VM everything the sandbox is there to protect.
- */
-export function refusedWorkspace(workspace: string, env: NodeJS.ProcessEnv): string | undefined {
-  const ws = path.resolve(workspace);
-  const home = path.resolve(env.HOME || os.homedir());
-  if (ws === path.parse(ws).root || ws === home) {
-    return `refusing to mount ${ws} (${ws === home ? "your home directory" : "the root directory"}) into the sandbox: start pi in a project directory, or /krunbox off`;
-  }
-  return undefined;
-}
 
 /** Resolve a tool's path argument as pi does (a leading @ dropped, ~ the host home). */
 export function resolveToCwd(p: string, cwd: string): string {
