@@ -32,7 +32,7 @@ import { type BashExecOptions, FirstRead, GuestFS, guestBashOperations, guestGlo
 import { type GrepParams, guestGrep } from "./grep.ts";
 import { ServeClient } from "./rpc.ts";
 import { NotReadyError, SandboxController, type State } from "./sandbox.ts";
-import { piTrustIsDecision } from "./trust.ts";
+import { workspaceTrust } from "./trust.ts";
 import { findWorkspace, refusedWorkspace, sandboxName } from "./workspace.ts";
 
 /** The tools the extension runs in the sandbox. */
@@ -155,13 +155,10 @@ export class KrunboxExtension {
   private loadSettings(ctx: ExtensionContext): boolean {
     const trustFn = (ctx as { isProjectTrusted?: () => boolean }).isProjectTrusted;
     let piTrustsProject: boolean | undefined;
-    let trustNote = "pi 0.73 has no project trust";
+    let trustNote: string;
     try {
-      if (typeof trustFn === "function") {
-        const piSays = trustFn.call(ctx) === true;
-        piTrustsProject = piSays && piTrustIsDecision(ctx.cwd, this.env, this.argv);
-        trustNote = !piSays ? "pi: not trusted" : piTrustsProject ? "pi: trusted" : "pi: trusted by default only (no .pi resources of its own, no --approve, nothing saved): not counted";
-      }
+      const piSays = typeof trustFn === "function" ? trustFn.call(ctx) === true : undefined;
+      ({ trusted: piTrustsProject, note: trustNote } = workspaceTrust({ piSays, cwd: ctx.cwd, workspace: this.workspace, env: this.env, argv: this.argv }));
     } catch {
       piTrustsProject = undefined;
       trustNote = "pi: isProjectTrusted() failed";

@@ -37,7 +37,19 @@ interface Setup {
 
 /** A workspace, a KRUNBOX_HOME with a user config, and the extension registered on a FakePi. */
 async function setup(
-  opts: { user?: string; project?: string; env?: NodeJS.ProcessEnv; trust?: boolean; argv?: string[]; piSettings?: boolean; bin?: string; start?: boolean } = {},
+  opts: {
+    user?: string;
+    project?: string;
+    env?: NodeJS.ProcessEnv;
+    trust?: boolean;
+    argv?: string[];
+    /** pi's working directory, relative to the workspace (default: the workspace). */
+    cwd?: string;
+    /** Give pi's cwd a .pi/settings.json: pi 1.x then decides its trust. */
+    piSettings?: boolean;
+    bin?: string;
+    start?: boolean;
+  } = {},
 ): Promise<Setup> {
   const root = realpathSync(mkdtempSync(path.join(tmpdir(), "krunbox-ext-")));
   roots.push(root);
@@ -50,10 +62,15 @@ async function setup(
     mkdirSync(path.join(ws, ".pi"), { recursive: true });
     writeFileSync(path.join(ws, ".pi", "krunbox.toml"), opts.project);
   }
-  if (opts.piSettings) writeFileSync(path.join(ws, ".pi", "settings.json"), "{}");
+  const cwd = path.join(ws, opts.cwd ?? "");
+  mkdirSync(cwd, { recursive: true });
+  if (opts.piSettings) {
+    mkdirSync(path.join(cwd, ".pi"), { recursive: true });
+    writeFileSync(path.join(cwd, ".pi", "settings.json"), "{}");
+  }
   const fromEnv = process.env.KRUNBOX_SERVE_ENV ? (JSON.parse(process.env.KRUNBOX_SERVE_ENV) as NodeJS.ProcessEnv) : {};
   const env = { PATH: process.env.PATH, HOME: process.env.HOME, KRUNBOX_HOME: home, KRUNBOX_BIN: opts.bin ?? SERVE_BIN, HOST_SECRET: "do-not-leak", ...fromEnv, ...opts.env };
-  const pi = new FakePi(ws, opts.trust);
+  const pi = new FakePi(cwd, opts.trust);
   const ext = new KrunboxExtension(pi.api(), {
     env,
     argv: opts.argv ?? ["node", "pi"],
@@ -463,6 +480,9 @@ describe("host execution only when asked, always labelled", () => {
       ["pi trusts by default only", { trust: true }, /blocked/],
       ["pi trusts after deciding on its own .pi resources", { trust: true, piSettings: true }, /HOST/],
       ["pi trusts with --approve", { trust: true, argv: ["node", "pi", "--approve"] }, /HOST/],
+      // The project file is the workspace's (the git root); pi's trust is about its cwd.
+      ["pi trusts a subdirectory after deciding on its own .pi resources", { trust: true, cwd: "pkg", piSettings: true }, /blocked/],
+      ["pi trusts a subdirectory with --approve", { trust: true, cwd: "pkg", argv: ["node", "pi", "--approve"] }, /blocked/],
     ];
     for (const [label, opts, want] of cases) {
       const s = await setup({ project, env, ...opts });
