@@ -26,7 +26,7 @@ import {
   type ExtensionAPI,
   type ExtensionContext,
 } from "@mariozechner/pi-coding-agent";
-import { type FoundBinary, findKrunbox, PACKAGE_ROOT } from "./binary.ts";
+import { describeBinary, type FoundBinary, findKrunbox, PACKAGE_ROOT } from "./binary.ts";
 import { ConfigError, describeConfig, type LoadedConfig, loadConfig } from "./config.ts";
 import { type BashExecOptions, FirstRead, GuestFS, guestBashOperations, guestGlob, LsCache, withCallSignal } from "./guest.ts";
 import { type GrepParams, guestGrep } from "./grep.ts";
@@ -205,6 +205,8 @@ export class KrunboxExtension {
           ServeClient.connect({ bin: binary.path, env: this.env, cwd: this.workspace }, { name: "pi-krunbox", version: VERSION }),
       });
       this.ctrl.onChange((s) => this.onState(s));
+      // Once per session, when it first starts a sandbox: which krunbox, and why that one.
+      if (this.ctx?.hasUI) this.say(`krunbox: using ${describeBinary(binary)}`);
     }
     void this.ctrl.start();
     this.refresh();
@@ -550,7 +552,7 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
     const lines = [this.statusText()];
     if (this.workspace) lines.push(`workspace: ${this.workspace}`);
     if (this.ctrl) lines.push(`sandbox: ${this.ctrl.name}`);
-    if (this.binary) lines.push(`krunbox: ${this.binary.path} (${this.binary.source})`);
+    if (this.binary) lines.push(`krunbox: ${describeBinary(this.binary)}`);
     const conn = this.ctrl?.connection;
     if (conn?.info) lines.push(`server: ${conn.info.server.name} ${conn.info.server.version}, protocol ${conn.info.protocolVersion}`);
     const s = this.ctrl?.state;

@@ -510,7 +510,7 @@ describe("/krunbox", () => {
     const status = s.pi.notes[s.pi.notes.length - 1]?.message ?? "";
     assert.match(status, /^krunbox: ready \(/);
     assert.match(status, /sandbox: pi-ws-[0-9a-f]{8}/);
-    assert.match(status, /krunbox: .* \(KRUNBOX_BIN\)/);
+    assert.match(status, /^krunbox: \/.* \(from KRUNBOX_BIN\)$/m);
     assert.match(status, /server says: ready/);
     await s.pi.command("krunbox", "config");
     assert.match(s.pi.notes[s.pi.notes.length - 1]?.message ?? "", /^cpus = 1 {2}\(user /m);
@@ -524,6 +524,18 @@ describe("/krunbox", () => {
     assert.equal(readFileSync(path.join(s.ws, "kept"), "utf8"), "k", "the workspace is the host's and stays");
     await s.pi.command("krunbox", "bogus");
     assert.match(s.pi.notes[s.pi.notes.length - 1]?.message ?? "", /unknown subcommand "bogus"/);
+    await shutdown(s);
+  });
+
+  test("the session says once which krunbox it uses, and why that one", async () => {
+    const s = await setup();
+    const using = () => s.pi.notes.filter((n) => /^krunbox: using /.test(n.message));
+    assert.deepEqual(using(), [{ message: `krunbox: using ${s.env.KRUNBOX_BIN} (from KRUNBOX_BIN)`, level: "info" }], "at session start");
+    await ready(s);
+    await s.pi.command("krunbox", "restart");
+    await s.pi.command("krunbox", "off");
+    await s.pi.command("krunbox", "on");
+    assert.equal(using().length, 1, "once");
     await shutdown(s);
   });
 

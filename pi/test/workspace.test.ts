@@ -3,7 +3,7 @@ import { chmodSync, mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync, w
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { after, describe, test } from "node:test";
-import { bundledPath, findKrunbox } from "../src/binary.ts";
+import { bundledPath, describeBinary, findKrunbox } from "../src/binary.ts";
 import { findWorkspace, refusedWorkspace, sandboxName } from "../src/workspace.ts";
 
 const root = mkdtempSync(path.join(tmpdir(), "krunbox-ws-"));
@@ -106,6 +106,12 @@ describe("finding krunbox", () => {
     const bundled = exe(bundledPath(pkg));
     assert.deepEqual(findKrunbox({ PATH: bins, KRUNBOX_BIN: fromEnv }, pkg), { path: bundled, source: "bundled" });
     assert.match(bundled, new RegExp(`bin/${process.platform}-${process.arch}/krunbox$`));
+  });
+
+  test("describeBinary says the path and where it came from", () => {
+    assert.equal(describeBinary({ path: "/p/krunbox", source: "bundled" }), "/p/krunbox (bundled with pi-krunbox)");
+    assert.equal(describeBinary({ path: "/e/krunbox", source: "KRUNBOX_BIN" }), "/e/krunbox (from KRUNBOX_BIN)");
+    assert.equal(describeBinary({ path: "/usr/bin/krunbox", source: "PATH" }), "/usr/bin/krunbox (found on PATH)");
   });
 
   test("a KRUNBOX_BIN that is not executable is an error, not a fall-through", () => {
