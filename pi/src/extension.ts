@@ -88,6 +88,7 @@ export class KrunboxExtension {
   private readonly definitions = new Map<string, AnyDefinition>();
   private readonly gfs = new GuestFS(() => this.sandbox().ready());
   private lastNotified: string | undefined;
+  private warnedRpcBash = false;
 
   constructor(
     private readonly pi: ExtensionAPI,
@@ -127,6 +128,10 @@ export class KrunboxExtension {
 
   private sessionStart(ctx: ExtensionContext): void {
     this.ctx = ctx;
+    if (!this.warnedRpcBash && rpcBashBypasses(ctx, this.argv)) {
+      this.warnedRpcBash = true;
+      this.say(RPC_BASH_WARNING, "warning");
+    }
     try {
       this.workspace = findWorkspace(ctx.cwd);
       this.setupError = undefined;
@@ -588,6 +593,21 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
     out.push("--- krunbox serve log (tail) ---", stderr ? stderr.split("\n").slice(-40).join("\n") : "(empty)");
     return out.join("\n");
   }
+}
+
+/** What pi 0.73's rpc mode does with the client's `bash` command, said once per session. */
+export const RPC_BASH_WARNING =
+  "krunbox: pi 0.73 in rpc mode runs the rpc client's `bash` commands (an editor's !cmd) on the HOST, outside the sandbox: it does not let extensions see them. The agent's tools are sandboxed. Upgrade to pi 1.x (@earendil-works/pi-coding-agent) to sandbox those commands too.";
+
+/**
+ * Whether pi runs the rpc client's `bash` command without asking extensions: pi 0.73 (no
+ * ctx.mode, no ctx.isProjectTrusted(), both of 1.x) started with --mode rpc. pi 1.x emits
+ * user_bash for it, which the extension routes.
+ */
+export function rpcBashBypasses(ctx: object, argv: string[]): boolean {
+  const c = ctx as { mode?: unknown; isProjectTrusted?: unknown };
+  if (typeof c.mode === "string" || typeof c.isProjectTrusted === "function") return false;
+  return argv.some((a, i) => a === "--mode=rpc" || (a === "--mode" && argv[i + 1] === "rpc"));
 }
 
 /** pi's own definitions of the routed tools, running on the host. */

@@ -6,7 +6,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpath
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { after, describe, test } from "node:test";
-import { KrunboxExtension } from "../src/extension.ts";
+import { KrunboxExtension, RPC_BASH_WARNING, rpcBashBypasses } from "../src/extension.ts";
 import { ServeClient } from "../src/rpc.ts";
 import { sandboxName } from "../src/workspace.ts";
 import { FakePi, registerHostTool } from "./fake-pi.ts";
@@ -525,6 +525,31 @@ describe("/krunbox", () => {
     await s.pi.command("krunbox", "bogus");
     assert.match(s.pi.notes[s.pi.notes.length - 1]?.message ?? "", /unknown subcommand "bogus"/);
     await shutdown(s);
+  });
+
+  test("pi 0.73 in rpc mode: a warning, once, that the rpc client's bash commands run on the host", async () => {
+    const rpc = ["node", "pi", "-e", "pi-krunbox", "--mode", "rpc"];
+    const cases: [string, object, string[], boolean][] = [
+      ["0.73, --mode rpc", {}, rpc, true],
+      ["0.73, --mode=rpc", {}, ["node", "pi", "--mode=rpc"], true],
+      ["0.73, print mode", {}, ["node", "pi", "-p", "x"], false],
+      ["0.73, a prompt that says --mode rpc is not the flag", {}, ["node", "pi", "-p", "--mode"], false],
+      ["1.x (ctx.mode)", { mode: "rpc" }, rpc, false],
+      ["1.x (ctx.isProjectTrusted)", { isProjectTrusted: () => true }, rpc, false],
+    ];
+    for (const [label, ctx, argv, want] of cases) assert.equal(rpcBashBypasses(ctx, argv), want, label);
+    for (const [label, opts, want] of [
+      ["0.73 rpc", { argv: rpc }, 1],
+      ["1.x rpc", { argv: rpc, trust: true }, 0],
+      ["0.73 tui", {}, 0],
+    ] as const) {
+      const s = await setup({ ...opts, argv: [...(opts.argv ?? ["node", "pi"])] });
+      await s.pi.emit("session_start", { reason: "startup" });
+      const warned = s.pi.notes.filter((n) => n.message === RPC_BASH_WARNING);
+      assert.equal(warned.length, want, label);
+      if (want) assert.equal(warned[0]?.level, "warning");
+      await shutdown(s);
+    }
   });
 
   test("the session says once which krunbox it uses, and why that one", async () => {
