@@ -245,7 +245,9 @@ export class SandboxController {
         { onOutput: (stream, d) => stream === "stdout" && (out += d.toString()), startTimeoutMs: this.callTimeoutMs },
       );
       if (exit.exitCode === 0) tools.shell = "/bin/sh";
-    } catch {
+    } catch (err) {
+      // A server that does not answer fails the start; it is not an image without a shell.
+      if (err instanceof RpcError && err.code === ClientErrorCode.Timeout) throw err;
       // No /bin/sh: bash, find and grep will say so when used.
     }
     // `command -v` prints a path, or the bare name for a shell builtin: busybox's sh
