@@ -46,3 +46,9 @@ export function findKrunbox(env: NodeJS.ProcessEnv = process.env, root = PACKAGE
   }
   throw new Error(`krunbox not found: not bundled (${bundled}), KRUNBOX_BIN unset, not on PATH; install krunbox or set KRUNBOX_BIN`);
 }
+
+/** The binary's path and where it came from, for the user: "/x/krunbox (from KRUNBOX_BIN)". */
+export function describeBinary(b: FoundBinary): string {
+  const from = { bundled: "bundled with pi-krunbox", KRUNBOX_BIN: "from KRUNBOX_BIN", PATH: "found on PATH" }[b.source];
+  return `${b.path} (${from})`;
+}

@@ -31,6 +31,13 @@ export interface KrunboxConfig {
   stop_on_exit: boolean;
   /** How long a tool call waits for the sandbox to start. */
   start_timeout_sec: number;
+  /**
+   * How long a file call, or the start of a command, may go without an answer before the
+   * sandbox's health is checked (a running command has its own timeout).
+   */
+  call_timeout_sec: number;
+  /** How long that health check waits; no answer marks the sandbox unresponsive. */
+  health_timeout_sec: number;
   /** "auto" (bash when the image has it, else /bin/sh) or an absolute guest path. */
   shell: string;
   /** "host": when the sandbox cannot start, run tools on the host, labelled. */
@@ -59,6 +66,8 @@ export const DEFAULTS: Readonly<KrunboxConfig> = Object.freeze({
   idle_timeout_sec: 1800,
   stop_on_exit: false,
   start_timeout_sec: 120,
+  call_timeout_sec: 30,
+  health_timeout_sec: 5,
   shell: "auto",
   fallback: "none",
   pass_through_tools: [],
@@ -80,6 +89,8 @@ const KINDS: Record<ConfigKey, Kind> = {
   idle_timeout_sec: "int",
   stop_on_exit: "bool",
   start_timeout_sec: "int",
+  call_timeout_sec: "int",
+  health_timeout_sec: "int",
   shell: "string",
   fallback: "string",
   pass_through_tools: "list",
@@ -100,6 +111,8 @@ const MINIMUM: Partial<Record<ConfigKey, number>> = {
   memory_mib: 128,
   idle_timeout_sec: 0,
   start_timeout_sec: 1,
+  call_timeout_sec: 1,
+  health_timeout_sec: 1,
 };
 
 /** A configuration value that cannot be used; the extension blocks tools and shows it. */

@@ -26,14 +26,14 @@ import {
   type ExtensionAPI,
   type ExtensionContext,
 } from "@mariozechner/pi-coding-agent";
-import { type FoundBinary, findKrunbox, PACKAGE_ROOT } from "./binary.ts";
+import { describeBinary, type FoundBinary, findKrunbox, PACKAGE_ROOT } from "./binary.ts";
 import { ConfigError, describeConfig, type LoadedConfig, loadConfig } from "./config.ts";
-import { type BashExecOptions, FirstRead, GuestFS, guestBashOperations, guestGlob, LsCache } from "./guest.ts";
+import { type BashExecOptions, FirstRead, GuestFS, guestBashOperations, guestGlob, LsCache, withCallSignal } from "./guest.ts";
 import { type GrepParams, guestGrep } from "./grep.ts";
 import { ServeClient } from "./rpc.ts";
 import { NotReadyError, SandboxController, type State } from "./sandbox.ts";
-import { piTrustIsDecision } from "./trust.ts";
-import { findWorkspace, sandboxName } from "./workspace.ts";
+import { workspaceTrust } from "./trust.ts";
+import { findWorkspace, refusedWorkspace, sandboxName } from "./workspace.ts";
 
 /** The tools the extension runs in the sandbox. */
 export const ROUTED_TOOLS = ["bash", "read", "write", "edit", "ls", "find", "grep"] as const;
@@ -88,6 +88,7 @@ export class KrunboxExtension {
   private readonly definitions = new Map<string, AnyDefinition>();
   private readonly gfs = new GuestFS(() => this.sandbox().ready());
   private lastNotified: string | undefined;
+  private warnedRpcBash = false;
 
   constructor(
     private readonly pi: ExtensionAPI,
@@ -127,6 +128,10 @@ export class KrunboxExtension {
 
   private sessionStart(ctx: ExtensionContext): void {
     this.ctx = ctx;
+    if (!this.warnedRpcBash && rpcBashBypasses(ctx, this.argv)) {
+      this.warnedRpcBash = true;
+      this.say(RPC_BASH_WARNING, "warning");
+    }
     try {
       this.workspace = findWorkspace(ctx.cwd);
       this.setupError = undefined;
@@ -155,13 +160,10 @@ export class KrunboxExtension {
   private loadSettings(ctx: ExtensionContext): boolean {
     const trustFn = (ctx as { isProjectTrusted?: () => boolean }).isProjectTrusted;
     let piTrustsProject: boolean | undefined;
-    let trustNote = "pi 0.73 has no project trust";
+    let trustNote: string;
     try {
-      if (typeof trustFn === "function") {
-        const piSays = trustFn.call(ctx) === true;
-        piTrustsProject = piSays && piTrustIsDecision(ctx.cwd, this.env, this.argv);
-        trustNote = !piSays ? "pi: not trusted" : piTrustsProject ? "pi: trusted" : "pi: trusted by default only (no .pi resources of its own, no --approve, nothing saved): not counted";
-      }
+      const piSays = typeof trustFn === "function" ? trustFn.call(ctx) === true : undefined;
+      ({ trusted: piTrustsProject, note: trustNote } = workspaceTrust({ piSays, cwd: ctx.cwd, workspace: this.workspace, env: this.env, argv: this.argv }));
     } catch {
       piTrustsProject = undefined;
       trustNote = "pi: isProjectTrusted() failed";
@@ -208,6 +210,8 @@ export class KrunboxExtension {
           ServeClient.connect({ bin: binary.path, env: this.env, cwd: this.workspace }, { name: "pi-krunbox", version: VERSION }),
       });
       this.ctrl.onChange((s) => this.onState(s));
+      // Once per session, when it first starts a sandbox: which krunbox, and why that one.
+      if (this.ctx?.hasUI) this.say(`krunbox: using ${describeBinary(binary)}`);
     }
     void this.ctrl.start();
     this.refresh();
@@ -238,6 +242,10 @@ export class KrunboxExtension {
     if (s.kind === "failed" && key !== this.lastNotified) {
       this.say(`krunbox: the sandbox could not start: ${s.reason}${s.hint ? `\nhint: ${s.hint}` : ""}\nTools are blocked. /krunbox restart to retry, /krunbox off to run tools on the host.`, "error");
     }
+    if (s.kind === "unresponsive" && key !== this.lastNotified) {
+      this.say(`krunbox: the sandbox is unresponsive: ${s.reason}\nTools are blocked until it answers again. ${s.hint}; /krunbox off runs tools on the host.`, "error");
+    }
+    if (s.kind === "ready" && this.lastNotified === "unresponsive:") this.say("krunbox: the sandbox answers again; tools run in it.");
     this.lastNotified = key;
   }
 
@@ -257,6 +265,8 @@ export class KrunboxExtension {
         return `krunbox: ready (${s.status.image ?? "?"}, ${s.status.name})`;
       case "stopped":
         return `krunbox: stopped (${s.reason}); starts again at the next tool call`;
+      case "unresponsive":
+        return `krunbox: blocked (unresponsive: ${s.reason})`;
       case "failed":
         return `krunbox: blocked (${s.reason})`;
     }
@@ -433,7 +443,8 @@ export class KrunboxExtension {
           const cwd = ctx?.cwd || cwd0;
           if (where === "host") return this.definition(tool, cwd, "host").execute(toolCallId, params, signal, onUpdate, ctx);
           this.sandbox().ready(); // throws NotReadyError: never falls through to the host
-          return this.definition(tool, cwd, "sandbox").execute(toolCallId, params, signal, onUpdate, ctx);
+          const def = this.definition(tool, cwd, "sandbox");
+          return withCallSignal(signal, () => def.execute(toolCallId, params, signal, onUpdate, ctx));
         },
       });
     }
@@ -546,15 +557,15 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
     const lines = [this.statusText()];
     if (this.workspace) lines.push(`workspace: ${this.workspace}`);
     if (this.ctrl) lines.push(`sandbox: ${this.ctrl.name}`);
-    if (this.binary) lines.push(`krunbox: ${this.binary.path} (${this.binary.source})`);
+    if (this.binary) lines.push(`krunbox: ${describeBinary(this.binary)}`);
     const conn = this.ctrl?.connection;
     if (conn?.info) lines.push(`server: ${conn.info.server.name} ${conn.info.server.version}, protocol ${conn.info.protocolVersion}`);
     const s = this.ctrl?.state;
     if (s?.kind === "ready" && s.status.bootMs !== undefined) lines.push(`boot: ${s.status.bootMs} ms`);
-    if (s?.kind === "failed" && s.hint) lines.push(`hint: ${s.hint}`);
+    if ((s?.kind === "failed" || s?.kind === "unresponsive") && s.hint) lines.push(`hint: ${s.hint}`);
     if (conn && !conn.closed && this.ctrl) {
       try {
-        const st = await conn.request<{ state: string }>("sandbox.status", { name: this.ctrl.name });
+        const st = await conn.request<{ state: string }>("sandbox.status", { name: this.ctrl.name }, { timeoutMs: this.ctrl.healthTimeoutMs });
         lines.push(`server says: ${st.state}`);
       } catch (err) {
         lines.push(`server says: ${(err as Error).message}`);
@@ -568,7 +579,11 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
     const conn = this.ctrl?.connection;
     if (conn && !conn.closed && this.ctrl) {
       try {
-        const r = await conn.request<{ text: string; truncated: boolean }>("sandbox.logs", { name: this.ctrl.name, maxBytes: 16384 });
+        const r = await conn.request<{ text: string; truncated: boolean }>(
+          "sandbox.logs",
+          { name: this.ctrl.name, maxBytes: 16384 },
+          { timeoutMs: this.ctrl.healthTimeoutMs },
+        );
         out.push(`--- console of ${this.ctrl.name}${r.truncated ? " (tail)" : ""} ---`, r.text.trimEnd() || "(empty)");
       } catch (err) {
         out.push(`console: ${(err as Error).message}`);
@@ -578,6 +593,21 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
     out.push("--- krunbox serve log (tail) ---", stderr ? stderr.split("\n").slice(-40).join("\n") : "(empty)");
     return out.join("\n");
   }
+}
+
+/** What pi 0.73's rpc mode does with the client's `bash` command, said once per session. */
+export const RPC_BASH_WARNING =
+  "krunbox: pi 0.73 in rpc mode runs the rpc client's `bash` commands (an editor's !cmd) on the HOST, outside the sandbox: it does not let extensions see them. The agent's tools are sandboxed. Upgrade to pi 1.x (@earendil-works/pi-coding-agent) to sandbox those commands too.";
+
+/**
+ * Whether pi runs the rpc client's `bash` command without asking extensions: pi 0.73 (no
+ * ctx.mode, no ctx.isProjectTrusted(), both of 1.x) started with --mode rpc. pi 1.x emits
+ * user_bash for it, which the extension routes.
+ */
+export function rpcBashBypasses(ctx: object, argv: string[]): boolean {
+  const c = ctx as { mode?: unknown; isProjectTrusted?: unknown };
+  if (typeof c.mode === "string" || typeof c.isProjectTrusted === "function") return false;
+  return argv.some((a, i) => a === "--mode=rpc" || (a === "--mode" && argv[i + 1] === "rpc"));
 }
 
 /** pi's own definitions of the routed tools, running on the host. */
@@ -590,19 +620,6 @@ const HOST_DEFINITIONS: Record<RoutedTool, (cwd: string) => AnyDefinition> = {
   find: createFindToolDefinition,
   grep: createGrepToolDefinition,
 };
-
-/**
- * Why a workspace must not be mounted, or undefined. Mounting / or the home directory
- * would hand the VM everything the sandbox is there to protect.
- */
-export function refusedWorkspace(workspace: string, env: NodeJS.ProcessEnv): string | undefined {
-  const ws = path.resolve(workspace);
-  const home = path.resolve(env.HOME || os.homedir());
-  if (ws === path.parse(ws).root || ws === home) {
-    return `refusing to mount ${ws} (${ws === home ? "your home directory" : "the root directory"}) into the sandbox: start pi in a project directory, or /krunbox off`;
-  }
-  return undefined;
-}
 
 /** Resolve a tool's path argument as pi does (a leading @ dropped, ~ the host home). */
 export function resolveToCwd(p: string, cwd: string): string {

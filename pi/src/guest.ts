@@ -1,11 +1,29 @@
 // pi's pluggable tool operations, implemented in the sandbox through krunbox serve. Every
 // operation fetches the ready sandbox when it runs and throws when there is none: a tool
-// that slipped past the gate still cannot reach the host.
+// that slipped past the gate still cannot reach the host. File calls and the starts of
+// commands have a deadline (Ready.callTimeoutMs); one that passes checks the sandbox's
+// health, and the call fails saying whether it is unresponsive.
 
+import { AsyncLocalStorage } from "node:async_hooks";
 import * as path from "node:path";
 import { Minimatch } from "minimatch";
-import { ErrorCode, type DirEntry, type FileType, RpcError, type ReadFileResult, type StatResult } from "./protocol.ts";
+import { ClientErrorCode, ErrorCode, type DirEntry, type FileType, RpcError, type ReadFileResult, type StatResult } from "./protocol.ts";
+import { formatMs } from "./rpc.ts";
 import type { Ready } from "./sandbox.ts";
+
+// pi's file operations (readFile(path), ...) take no abort signal: the tool call's signal
+// reaches them through the async context of its execute.
+const callSignal = new AsyncLocalStorage<AbortSignal | undefined>();
+
+/** Run fn (a tool's execute) with signal as the abort signal of the file calls it makes. */
+export function withCallSignal<T>(signal: AbortSignal | undefined, fn: () => T): T {
+  return callSignal.run(signal, fn);
+}
+
+/** Whether err is a request that got no answer in time. */
+export function isTimeout(err: unknown): boolean {
+  return err instanceof RpcError && err.code === ClientErrorCode.Timeout;
+}
 
 /** Returns the ready sandbox or throws why it is not ready. */
 export type ReadyFn = () => Ready;
@@ -37,8 +55,9 @@ export class GuestFS {
   private async call<T>(method: string, op: string, p: string, params: object = {}): Promise<T> {
     const r = this.ready();
     try {
-      return await r.client.request<T>(method, { sandbox: r.name, path: p, ...params });
+      return await r.client.request<T>(method, { sandbox: r.name, path: p, ...params }, { signal: callSignal.getStore(), timeoutMs: r.callTimeoutMs });
     } catch (err) {
+      if (isTimeout(err)) throw await r.timedOut(`${method} ${p} got no answer within ${formatMs(r.callTimeoutMs)}`);
       throw fsError(err, op, p);
     }
   }
@@ -208,6 +227,7 @@ export function guestBashOperations(ready: ReadyFn, guestEnv: () => Record<strin
       const shell = shellOverride() ?? r.tools.bash ?? r.tools.shell;
       if (!shell) throw new Error(`krunbox: the image ${r.status.image ?? ""} has no /bin/sh, so commands cannot run in the sandbox`);
       let exit;
+      let started = false;
       try {
         exit = await r.client.exec(
           {
@@ -217,9 +237,12 @@ export function guestBashOperations(ready: ReadyFn, guestEnv: () => Record<strin
             env: guestEnv(),
             ...(opts.timeout && opts.timeout > 0 ? { timeoutMs: Math.round(opts.timeout * 1000) } : {}),
           },
-          { onOutput: (_stream, data) => opts.onData(data), signal: opts.signal },
+          { onOutput: (_stream, data) => opts.onData(data), signal: opts.signal, startTimeoutMs: r.callTimeoutMs, onStart: () => (started = true) },
         );
       } catch (err) {
+        const failed = isTimeout(err) ? r.timedOut(lateExec(JSON.stringify(shortCommand(command)), started, r.callTimeoutMs)) : undefined;
+        if (opts.signal?.aborted) throw new Error("aborted"); // a health check goes on
+        if (failed) throw await failed;
         if (err instanceof RpcError && err.code === ErrorCode.ExecFailed) {
           throw new Error(`krunbox: could not start ${shell} in the sandbox: ${err.message}`);
         }
@@ -242,22 +265,31 @@ export async function guestOutput(
 ): Promise<{ stdout: string; stderr: string; exitCode: number | null }> {
   let stdout = "";
   let stderr = "";
-  const exit = await r.client.exec(
-    {
-      sandbox: r.name,
-      argv,
-      ...(opts.cwd ? { cwd: opts.cwd } : {}),
-      ...(opts.stdin ? { stdin: opts.stdin.toString("base64") } : {}),
-    },
-    {
-      signal: opts.signal,
-      onOutput: (stream, d) => {
-        if (stream === "stderr") stderr += d.toString();
-        else if (opts.onStdout) opts.onStdout(d);
-        else stdout += d.toString();
+  let exit;
+  let started = false;
+  try {
+    exit = await r.client.exec(
+      {
+        sandbox: r.name,
+        argv,
+        ...(opts.cwd ? { cwd: opts.cwd } : {}),
+        ...(opts.stdin ? { stdin: opts.stdin.toString("base64") } : {}),
       },
-    },
-  );
+      {
+        signal: opts.signal,
+        startTimeoutMs: r.callTimeoutMs,
+        onStart: () => (started = true),
+        onOutput: (stream, d) => {
+          if (stream === "stderr") stderr += d.toString();
+          else if (opts.onStdout) opts.onStdout(d);
+          else stdout += d.toString();
+        },
+      },
+    );
+  } catch (err) {
+    if (isTimeout(err)) throw await r.timedOut(lateExec(path.posix.basename(argv[0] ?? ""), started, r.callTimeoutMs));
+    throw err;
+  }
   if (exit.error) throw new Error(`krunbox: ${exit.error.message}`);
   return { stdout, stderr, exitCode: exit.exitCode };
 }
@@ -325,10 +357,23 @@ export async function guestGlob(
     if (match(abs)) found.push(abs);
     if (found.length >= opts.limit) stop.abort();
   });
-  const res = await guestOutput(r, listFilesArgv(r, searchDir), { signal: stop.signal, onStdout: (d) => lines.push(d) });
+  const toolSignal = callSignal.getStore();
+  const signal = toolSignal ? AbortSignal.any([stop.signal, toolSignal]) : stop.signal;
+  const res = await guestOutput(r, listFilesArgv(r, searchDir), { signal, onStdout: (d) => lines.push(d) });
   lines.end();
   if (!stop.signal.aborted && res.exitCode !== 0 && found.length === 0 && res.stderr.trim()) {
     throw new Error(`krunbox: listing ${searchDir} failed: ${res.stderr.trim().split("\n")[0]}`);
   }
   return found;
+}
+
+/** What a command that timed out on the client's side did not do in time. */
+function lateExec(what: string, started: boolean, ms: number): string {
+  return started ? `the end of ${what} was not reported within ${formatMs(ms)} after it was killed or timed out` : `the start of ${what} got no answer within ${formatMs(ms)}`;
+}
+
+/** A command cut short for messages. */
+function shortCommand(command: string): string {
+  const one = command.replace(/\s+/g, " ").trim();
+  return one.length > 60 ? `${one.slice(0, 57)}...` : one;
 }

@@ -32,6 +32,8 @@ export const ClientErrorCode = {
   ServerExited: -1,
   /** The caller aborted the request. */
   Aborted: -2,
+  /** The server did not answer within the request's deadline. */
+  Timeout: -3,
 } as const;
 
 const codeNames: Record<number, string> = Object.fromEntries(

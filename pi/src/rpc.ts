@@ -35,6 +35,19 @@ interface Pending {
   reject: (err: Error) => void;
 }
 
+/** Options of ServeClient.request. */
+export interface RequestOptions {
+  /** Aborting rejects the request at once (RpcError Aborted). */
+  signal?: AbortSignal;
+  /** Reject with RpcError Timeout when no answer came within this long. */
+  timeoutMs?: number;
+  /**
+   * Receives the result of a request that was given up on (aborted or timed out) and that
+   * the server carried out after all (a stopped server that resumes does).
+   */
+  onLate?: (result: unknown) => void;
+}
+
 interface RunningExec {
   onOutput: (stream: OutputStream, data: Buffer) => void;
   resolve: (exit: ExecExitParams) => void;
@@ -49,9 +62,19 @@ export interface ExecOptions {
   signal?: AbortSignal;
   /** Called with the exec's id once it started (for exec.signal). */
   onStart?: (execId: string) => void;
+  /**
+   * Deadline of exec.start's answer (not of the command). When it passes, exec rejects with
+   * RpcError Timeout, and a command that the server starts after all is killed.
+   */
+  startTimeoutMs?: number;
 }
 
 const STDERR_KEEP = 64 * 1024;
+
+/** A duration for messages: "1.5 s", "300 ms". */
+export function formatMs(ms: number): string {
+  return ms >= 1000 ? `${ms / 1000} s` : `${ms} ms`;
+}
 
 /** A connection to one `krunbox serve --stdio` process. */
 export class ServeClient {
@@ -108,18 +131,8 @@ export class ServeClient {
     timeoutMs = 15_000,
   ): Promise<ServeClient> {
     const c = new ServeClient(cmd);
-    let timer: NodeJS.Timeout | undefined;
     try {
-      const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(
-          () => reject(new RpcError(ClientErrorCode.ServerExited, `krunbox serve did not answer initialize within ${timeoutMs} ms`)),
-          timeoutMs,
-        );
-      });
-      const info = await Promise.race([
-        c.request<InitializeResult>("initialize", { protocolVersion: PROTOCOL_VERSION, client }),
-        timeout,
-      ]);
+      const info = await c.request<InitializeResult>("initialize", { protocolVersion: PROTOCOL_VERSION, client }, { timeoutMs });
       if (info.protocolVersion !== PROTOCOL_VERSION) {
         throw new RpcError(
           ClientErrorCode.ServerExited,
@@ -131,8 +144,6 @@ export class ServeClient {
     } catch (err) {
       await c.close(500);
       throw err;
-    } finally {
-      clearTimeout(timer);
     }
   }
 
@@ -151,25 +162,41 @@ export class ServeClient {
     return this.stderrText;
   }
 
-  /** Send a request and wait for its answer. Server errors reject with RpcError. */
-  request<T>(method: string, params: object, signal?: AbortSignal): Promise<T> {
+  /**
+   * Send a request and wait for its answer. Server errors reject with RpcError; so do an
+   * abort (Aborted) and a deadline passing (Timeout).
+   */
+  request<T>(method: string, params: object, opts: RequestOptions = {}): Promise<T> {
+    const { signal, timeoutMs } = opts;
     if (this.closedError) return Promise.reject(this.closedError);
     if (signal?.aborted) return Promise.reject(new RpcError(ClientErrorCode.Aborted, `${method}: aborted`));
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
-      const onAbort = () => {
-        this.pending.delete(id);
-        reject(new RpcError(ClientErrorCode.Aborted, `${method}: aborted`));
+      let timer: NodeJS.Timeout | undefined;
+      const settle = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
       };
+      const giveUp = (err: RpcError) => {
+        settle();
+        // Keep the id known so that a late answer reaches onLate (and nothing else).
+        if (opts.onLate) this.pending.set(id, { method, resolve: opts.onLate, reject: () => {} });
+        else this.pending.delete(id);
+        reject(err);
+      };
+      const onAbort = () => giveUp(new RpcError(ClientErrorCode.Aborted, `${method}: aborted`));
       signal?.addEventListener("abort", onAbort, { once: true });
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => giveUp(new RpcError(ClientErrorCode.Timeout, `krunbox serve did not answer ${method} within ${formatMs(timeoutMs)}`)), timeoutMs);
+      }
       this.pending.set(id, {
         method,
         resolve: (v) => {
-          signal?.removeEventListener("abort", onAbort);
+          settle();
           resolve(v as T);
         },
         reject: (e) => {
-          signal?.removeEventListener("abort", onAbort);
+          settle();
           reject(e);
         },
       });
@@ -209,21 +236,44 @@ export class ServeClient {
       this.execs.set(execId, { onOutput: opts.onOutput ?? (() => {}), resolve, reject });
     });
     exited.catch(() => {});
+    const signalIt = () => this.request("exec.signal", { execId, signal: "SIGKILL" }).catch(() => {});
     try {
-      await this.request<ExecStartResult>("exec.start", { ...params, execId });
+      await this.request<ExecStartResult>(
+        "exec.start",
+        { ...params, execId },
+        // It started after exec gave up on it: nobody waits for its output, kill it.
+        { signal: opts.signal, timeoutMs: opts.startTimeoutMs, onLate: () => void signalIt() },
+      );
     } catch (err) {
       this.execs.delete(execId);
       throw err;
     }
     opts.onStart?.(execId);
+    // With a start deadline, the end of a command that was killed, or that ran past its
+    // timeout, is awaited that long again: a server or VM that stopped answering does not
+    // hold the caller forever.
+    const grace = opts.startTimeoutMs;
+    let watchdog: NodeJS.Timeout | undefined;
+    const expect = (ms: number, what: string) => {
+      if (grace === undefined) return;
+      clearTimeout(watchdog);
+      watchdog = setTimeout(() => {
+        const e = this.execs.get(execId);
+        this.execs.delete(execId);
+        e?.reject(new RpcError(ClientErrorCode.Timeout, `krunbox serve did not report the end of the command within ${formatMs(grace)} ${what}`));
+      }, ms);
+    };
+    if (params.timeoutMs !== undefined) expect(params.timeoutMs + (grace ?? 0), "after its timeout");
     const kill = () => {
-      this.request("exec.signal", { execId, signal: "SIGKILL" }).catch(() => {});
+      void signalIt();
+      expect(grace ?? 0, "after it was killed");
     };
     if (opts.signal?.aborted) kill();
     else opts.signal?.addEventListener("abort", kill, { once: true });
     try {
       return await exited;
     } finally {
+      clearTimeout(watchdog);
       opts.signal?.removeEventListener("abort", kill);
     }
   }

@@ -1,10 +1,14 @@
 // The per-project sandbox as the extension sees it: one `krunbox serve` connection, the
 // sandbox's state, and waiting for it to be ready. It never throws out of start(): a
 // sandbox that cannot start becomes the "failed" state, which blocks every routed tool.
+// A call that gets no answer in time (call_timeout_sec) makes it check the sandbox's
+// health (sandbox.status, health_timeout_sec): a server or VM that does not answer becomes
+// the "unresponsive" state, which blocks every routed tool too until it answers again or
+// is restarted.
 
 import type { KrunboxConfig } from "./config.ts";
 import { ClientErrorCode, ErrorCode, RpcError, type SandboxConfig, type SandboxStatus } from "./protocol.ts";
-import type { ServeClient } from "./rpc.ts";
+import { formatMs, type ServeClient } from "./rpc.ts";
 
 /** Where the extension stands. */
 export type State =
@@ -12,6 +16,7 @@ export type State =
   | { kind: "starting"; progress?: string }
   | { kind: "ready"; status: SandboxStatus }
   | { kind: "stopped"; reason: string }
+  | { kind: "unresponsive"; reason: string; hint: string }
   | { kind: "failed"; reason: string; hint?: string };
 
 /** Programs found in the guest by the probe after start. */
@@ -30,6 +35,14 @@ export interface Ready {
   name: string;
   status: SandboxStatus;
   tools: GuestTools;
+  /** The deadline of one file call, or of the start of a command (call_timeout_sec). */
+  callTimeoutMs: number;
+  /**
+   * After a call got no answer in time (late says which, and how long it waited): check
+   * the sandbox's health, which marks it unresponsive when it does not answer, and return
+   * the error to throw.
+   */
+  timedOut(late: string): Promise<Error>;
 }
 
 /** Inputs of a SandboxController. */
@@ -73,6 +86,12 @@ export function sandboxConfig(config: KrunboxConfig, workspace: string): Sandbox
 
 const PROBE = "for t in bash rg find grep xargs; do command -v $t || true; done";
 
+/** How long an unresponsive sandbox waits between health checks. */
+const RECHECK_MS = 1000;
+
+const SERVER_HINT = "/krunbox restart starts a new krunbox serve and restarts the sandbox; /krunbox logs shows its log";
+const VM_HINT = "/krunbox restart restarts the sandbox (the project's files are kept); /krunbox logs shows its console and krunbox's log";
+
 /** One project's sandbox, through one krunbox serve connection at a time. */
 export class SandboxController {
   readonly name: string;
@@ -85,6 +104,13 @@ export class SandboxController {
   private starting: Promise<void> | undefined;
   private readonly listeners = new Set<(s: State) => void>();
   private disposed = false;
+  /** The health check in flight. */
+  private health: Promise<void> | undefined;
+  /** Whether the unresponsive one is the server itself (then a restart needs a new one). */
+  private serverStuck = false;
+  private recovering = false;
+  /** The status of the last start, kept through unresponsive spells. */
+  private lastReady: SandboxStatus | undefined;
 
   constructor(opts: SandboxOptions) {
     this.name = opts.name;
@@ -103,6 +129,16 @@ export class SandboxController {
     return this.client;
   }
 
+  /** The deadline of one file call, or of the start of a command. */
+  get callTimeoutMs(): number {
+    return this.config.call_timeout_sec * 1000;
+  }
+
+  /** The deadline of a health check, and of the requests of /krunbox status and logs. */
+  get healthTimeoutMs(): number {
+    return this.config.health_timeout_sec * 1000;
+  }
+
   /** Use another configuration from the next start on. */
   setConfig(config: KrunboxConfig): void {
     this.config = config;
@@ -117,12 +153,16 @@ export class SandboxController {
   private set(s: State): void {
     this.current = s;
     for (const fn of this.listeners) fn(s);
+    if (s.kind === "unresponsive") this.watchRecovery();
   }
 
-  /** Start (or reuse) the sandbox in the background. Never throws. */
+  /**
+   * Start (or reuse) the sandbox in the background. Never throws. An unresponsive one is
+   * left to recover, or to restart().
+   */
   start(): Promise<void> {
     if (this.starting) return this.starting;
-    if (this.current.kind === "ready") return Promise.resolve();
+    if (running(this.current)) return Promise.resolve();
     this.starting = this.bringUp("sandbox.ensure").finally(() => {
       this.starting = undefined;
     });
@@ -133,6 +173,12 @@ export class SandboxController {
   restart(): Promise<void> {
     const run = async () => {
       await this.starting;
+      const stuck = this.serverStuck ? this.client : undefined;
+      if (stuck) {
+        // It does not answer: a new server it is (closing one that does not read its stdin kills it).
+        this.client = undefined;
+        await stuck.close(500);
+      }
       await this.bringUp("sandbox.restart");
     };
     this.starting = run().finally(() => {
@@ -155,6 +201,8 @@ export class SandboxController {
       const status = await client.request<SandboxStatus>(method, params);
       this.tools = await this.probe(client);
       if (this.disposed) return;
+      this.serverStuck = false;
+      this.lastReady = status;
       this.set({ kind: "ready", status });
     } catch (err) {
       if (this.disposed) return;
@@ -165,6 +213,11 @@ export class SandboxController {
   private async ensureClient(): Promise<ServeClient> {
     if (this.client && !this.client.closed) return this.client;
     const client = await this.connect();
+    if (this.disposed) {
+      // The session ended while the server started: nobody else will close it.
+      await client.close();
+      throw new Error("the session ended");
+    }
     this.client = client;
     client.on("sandbox.progress", (p) => {
       const { name, message } = p as { name: string; message: string };
@@ -172,12 +225,13 @@ export class SandboxController {
     });
     client.on("sandbox.state", (p) => {
       const { name, status } = p as { name: string; status: SandboxStatus };
-      if (name !== this.name || this.current.kind !== "ready" || status.state === "ready") return;
+      if (name !== this.name || !running(this.current) || status.state === "ready") return;
       this.set({ kind: "stopped", reason: status.reason ?? `sandbox ${status.state}` });
     });
     client.onClose((err) => {
-      if (this.client === client) this.client = undefined;
-      if (!this.disposed && this.current.kind === "ready") this.set({ kind: "stopped", reason: err.message });
+      if (this.client !== client) return;
+      this.client = undefined;
+      if (!this.disposed && running(this.current)) this.set({ kind: "stopped", reason: err.message });
     });
     return client;
   }
@@ -188,10 +242,12 @@ export class SandboxController {
     try {
       const exit = await client.exec(
         { sandbox: this.name, argv: ["/bin/sh", "-c", PROBE], cwd: "/" },
-        { onOutput: (stream, d) => stream === "stdout" && (out += d.toString()) },
+        { onOutput: (stream, d) => stream === "stdout" && (out += d.toString()), startTimeoutMs: this.callTimeoutMs },
       );
       if (exit.exitCode === 0) tools.shell = "/bin/sh";
-    } catch {
+    } catch (err) {
+      // A server that does not answer fails the start; it is not an image without a shell.
+      if (err instanceof RpcError && err.code === ClientErrorCode.Timeout) throw err;
       // No /bin/sh: bash, find and grep will say so when used.
     }
     // `command -v` prints a path, or the bare name for a shell builtin: busybox's sh
@@ -235,7 +291,14 @@ export class SandboxController {
   ready(): Ready {
     const s = this.current;
     if (s.kind === "ready" && this.client && !this.client.closed) {
-      return { client: this.client, name: this.name, status: s.status, tools: this.tools };
+      return {
+        client: this.client,
+        name: this.name,
+        status: s.status,
+        tools: this.tools,
+        callTimeoutMs: this.callTimeoutMs,
+        timedOut: (what) => this.callTimedOut(what),
+      };
     }
     throw new NotReadyError(this.current);
   }
@@ -243,8 +306,80 @@ export class SandboxController {
   /** Stop the sandbox (sandbox.stop). */
   async stop(): Promise<void> {
     const client = await this.ensureClient();
-    await client.request("sandbox.stop", { name: this.name });
+    await client.request("sandbox.stop", { name: this.name }, { timeoutMs: this.healthTimeoutMs });
     this.set({ kind: "stopped", reason: "stopped by /krunbox" });
+  }
+
+  private async callTimedOut(late: string): Promise<Error> {
+    await this.checkHealth(late);
+    if (this.current.kind === "ready") {
+      return new Error(`krunbox: ${late}, though the sandbox answers a health check: try again, or raise call_timeout_sec`);
+    }
+    return new Error(`krunbox: ${new NotReadyError(this.current).message}`);
+  }
+
+  /**
+   * Ask the server how the sandbox is (sandbox.status: the server pings the guest agent),
+   * with the health deadline, and update the state: unresponsive when the server or the VM
+   * does not answer, ready again when both do, stopped when the VM is gone. One check runs
+   * at a time; why says what made it (for the reason shown). Never throws.
+   */
+  checkHealth(why?: string): Promise<void> {
+    this.health ??= this.runHealthCheck(why).finally(() => {
+      this.health = undefined;
+    });
+    return this.health;
+  }
+
+  private async runHealthCheck(why: string | undefined): Promise<void> {
+    const client = this.client;
+    if (!client || client.closed || !running(this.current)) return;
+    const ms = this.healthTimeoutMs;
+    let status: SandboxStatus;
+    try {
+      status = await client.request<SandboxStatus>("sandbox.status", { name: this.name }, { timeoutMs: ms });
+    } catch (err) {
+      const stale = this.client !== client || this.disposed || !running(this.current);
+      if (stale || !(err instanceof RpcError) || err.code !== ClientErrorCode.Timeout) return; // a dead server: onClose says so
+      if (this.current.kind === "unresponsive" && this.serverStuck) return;
+      this.serverStuck = true;
+      const reason = `krunbox serve (pid ${client.pid}) does not answer: ${why ? `${why}, nor did ` : ""}a health check within ${formatMs(ms)}`;
+      this.set({ kind: "unresponsive", reason, hint: SERVER_HINT });
+      return;
+    }
+    if (this.client !== client || this.disposed || !running(this.current)) return;
+    this.serverStuck = false;
+    const cur = this.current;
+    switch (status.state) {
+      case "ready":
+        if (cur.kind === "unresponsive") this.set({ kind: "ready", status: { ...this.lastReady, ...status } });
+        return;
+      case "unresponsive": {
+        const reason = `the VM does not answer: ${status.reason ?? "its agent does not answer a ping"}`;
+        if (cur.kind !== "unresponsive" || cur.reason !== reason) this.set({ kind: "unresponsive", reason, hint: VM_HINT });
+        return;
+      }
+      default:
+        this.set({ kind: "stopped", reason: status.reason ?? `sandbox ${status.state}` });
+    }
+  }
+
+  /** While unresponsive, check the health again and again: it may answer again. */
+  private watchRecovery(): void {
+    if (this.recovering) return;
+    this.recovering = true;
+    const loop = async () => {
+      try {
+        while (!this.disposed && this.current.kind === "unresponsive") {
+          await new Promise((resolve) => setTimeout(resolve, RECHECK_MS).unref());
+          if (this.disposed || this.current.kind !== "unresponsive") break;
+          await this.checkHealth();
+        }
+      } finally {
+        this.recovering = false;
+      }
+    };
+    void loop();
   }
 
   /** Close the server connection (the sandbox keeps running unless stop_on_exit). */
@@ -254,7 +389,7 @@ export class SandboxController {
     this.client = undefined;
     if (!client) return;
     if (this.config.stop_on_exit && this.current.kind === "ready") {
-      await client.request("sandbox.stop", { name: this.name }).catch(() => {});
+      await client.request("sandbox.stop", { name: this.name }, { timeoutMs: this.healthTimeoutMs }).catch(() => {});
     }
     await client.close();
   }
@@ -278,9 +413,16 @@ function notReadyReason(s: State): string {
       return `the sandbox could not start: ${s.reason}${s.hint ? ` (${s.hint})` : ""}`;
     case "stopped":
       return `the sandbox stopped: ${s.reason}`;
+    case "unresponsive":
+      return `the sandbox is unresponsive: ${s.reason} (${s.hint}; it is used again as soon as it answers)`;
     case "idle":
       return "the sandbox was not started";
     case "ready":
       return "the connection to krunbox serve is closed";
   }
+}
+
+/** Whether the sandbox was up (ready, or up but not answering). */
+function running(s: State): boolean {
+  return s.kind === "ready" || s.kind === "unresponsive";
 }

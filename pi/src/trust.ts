@@ -7,6 +7,10 @@
 // sandbox. So krunbox counts pi's trust only when pi decided something for this project:
 // the user passed --approve, or the project has resources that made pi decide (by asking,
 // by defaultProjectTrust, or by an extension), or trust.json holds a saved "true" for it.
+//
+// pi's answer is about its working directory; krunbox reads the project file of the
+// workspace (the git root above it). So pi's answer counts only when the two are one
+// directory; from a subdirectory only a decision saved for the workspace itself counts.
 
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import * as os from "node:os";
@@ -68,4 +72,35 @@ export function piTrustIsDecision(cwd: string, env: NodeJS.ProcessEnv, argv: str
   if (argv.includes("--approve") || argv.includes("-a")) return true;
   if (hasGuardedResources(cwd, env.HOME || os.homedir())) return true;
   return savedTrust(cwd, piAgentDir(env)) === true;
+}
+
+/** Inputs of workspaceTrust. */
+export interface TrustQuestion {
+  /** What ctx.isProjectTrusted() said; undefined when pi has no such thing (0.73). */
+  piSays: boolean | undefined;
+  /** pi's working directory, which piSays is about. */
+  cwd: string;
+  /** The workspace, whose .pi/krunbox.toml is read. */
+  workspace: string;
+  env: NodeJS.ProcessEnv;
+  argv: string[];
+}
+
+/**
+ * Whether pi trusts the workspace's project file (undefined: pi cannot say), and why, in
+ * words for /krunbox config.
+ */
+export function workspaceTrust(q: TrustQuestion): { trusted: boolean | undefined; note: string } {
+  if (q.piSays === undefined) return { trusted: undefined, note: "pi 0.73 has no project trust" };
+  const ws = canonical(q.workspace);
+  if (canonical(q.cwd) !== ws) {
+    if (savedTrust(ws, piAgentDir(q.env)) === true) return { trusted: true, note: `pi: a saved decision trusts the workspace ${ws}` };
+    return {
+      trusted: false,
+      note: `pi's trust is about ${q.cwd}, not the workspace ${ws} whose project file is read: not counted (start pi in ${ws}, or list it in trusted_projects)`,
+    };
+  }
+  if (!q.piSays) return { trusted: false, note: "pi: not trusted" };
+  if (piTrustIsDecision(q.cwd, q.env, q.argv)) return { trusted: true, note: "pi: trusted" };
+  return { trusted: false, note: "pi: trusted by default only (no .pi resources of its own, no --approve, nothing saved): not counted" };
 }

@@ -1,7 +1,8 @@
 // The project a pi session works in, and the name of its sandbox.
 
 import { createHash } from "node:crypto";
-import { statSync } from "node:fs";
+import { realpathSync, statSync } from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 
 /**
@@ -42,4 +43,59 @@ export function sandboxName(workspace: string): string {
       .replace(/-+$/, "") || "ws";
   const hash = createHash("sha256").update(abs).digest("hex").slice(0, 8);
   return `pi-${base}-${hash}`;
+}
+
+/**
+ * Directories that are never a project: the system's own, and those that hold the homes of
+ * every user (macOS's included). Mounting one read-write would hand the VM what the sandbox
+ * is there to protect. Their subdirectories are fine (/tmp/x, /opt/app, /usr/local/src/x).
+ */
+const SYSTEM_DIRS = new Set([
+  "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt", "/opt", "/proc",
+  "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
+  "/usr/bin", "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/local", "/usr/sbin", "/usr/share", "/usr/src",
+  "/var/lib", "/var/log", "/var/tmp",
+  "/Applications", "/Library", "/System", "/Users", "/Volumes", "/private", "/private/etc", "/private/tmp", "/private/var",
+]);
+
+/** Pseudo file systems: nothing under them is a project. */
+const PSEUDO = /^\/(proc|sys|dev)(\/|$)/;
+
+function realOrResolved(p: string): string {
+  try {
+    return realpathSync(p);
+  } catch {
+    return path.resolve(p);
+  }
+}
+
+function whyRefused(dir: string, homes: Set<string>): string | undefined {
+  if (dir === path.parse(dir).root) return "the root directory";
+  for (const home of homes) {
+    if (dir === home) return "your home directory";
+    if (home.startsWith(dir + path.sep)) return `it holds your home directory ${home}`;
+  }
+  if (SYSTEM_DIRS.has(dir) || PSEUDO.test(dir)) return "a system directory";
+  return undefined;
+}
+
+/**
+ * Why a workspace must not be mounted into the sandbox, or undefined: it is /, the home
+ * directory ($HOME, else the user's), a directory above it (/home), or a system directory
+ * (/etc, /usr, /tmp itself...). Both paths are judged as given and with symlinks resolved,
+ * so a link to one of them is refused too.
+ */
+export function refusedWorkspace(workspace: string, env: NodeJS.ProcessEnv): string | undefined {
+  const given = path.resolve(workspace);
+  const real = realOrResolved(given);
+  const home = path.resolve(env.HOME || os.homedir());
+  const homes = new Set([home, realOrResolved(home)]);
+  for (const dir of new Set([given, real])) {
+    const why = whyRefused(dir, homes);
+    if (why) {
+      const via = real === given ? "" : `: it is ${real}`;
+      return `refusing to mount ${given} (${why}${via}) into the sandbox: start pi in a project directory, or /krunbox off`;
+    }
+  }
+  return undefined;
 }

@@ -79,6 +79,10 @@ describe("config layering", () => {
     files(``);
     assert.throws(() => load({ env: { KRUNBOX_PI_ENABLED: "maybe" } }), /KRUNBOX_PI_ENABLED: want true or false/);
     assert.throws(() => load({ env: { KRUNBOX_PI_CPUS: "0" } }), /cpus: want at least 1/);
+    assert.throws(() => load({ env: { KRUNBOX_PI_CALL_TIMEOUT_SEC: "0" } }), /call_timeout_sec: want at least 1/, "a call deadline cannot be turned off");
+    files(`health_timeout_sec = 0\n`);
+    assert.throws(() => load(), /health_timeout_sec: want at least 1/);
+    files(``);
     assert.throws(() => load({ flags: { "krunbox-network": "wide" } }), /flag --krunbox-network/);
     files(`[[mounts]]\nhost = "relative/path"\n`);
     assert.throws(() => load(), /want an absolute path/);

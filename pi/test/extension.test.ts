@@ -2,15 +2,15 @@
 // node_modules) behind a fake ExtensionAPI and a serve server (the stand-in by default).
 
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { after, describe, test } from "node:test";
-import { KrunboxExtension, refusedWorkspace } from "../src/extension.ts";
+import { KrunboxExtension, RPC_BASH_WARNING, rpcBashBypasses } from "../src/extension.ts";
 import { ServeClient } from "../src/rpc.ts";
 import { sandboxName } from "../src/workspace.ts";
 import { FakePi, registerHostTool } from "./fake-pi.ts";
-import { eventually, IMAGE, IS_STANDIN, removeSandboxes, SERVE_BIN, STANDIN } from "./serve-driver.ts";
+import { eventually, IMAGE, IS_STANDIN, removeSandboxes, SERVE_BIN, STANDIN, serveProcesses } from "./serve-driver.ts";
 
 // pi hands the host environment (this process's) to bash operations: it must not reach the guest.
 process.env.HOST_SECRET = "do-not-leak";
@@ -37,7 +37,19 @@ interface Setup {
 
 /** A workspace, a KRUNBOX_HOME with a user config, and the extension registered on a FakePi. */
 async function setup(
-  opts: { user?: string; project?: string; env?: NodeJS.ProcessEnv; trust?: boolean; argv?: string[]; piSettings?: boolean; bin?: string; start?: boolean } = {},
+  opts: {
+    user?: string;
+    project?: string;
+    env?: NodeJS.ProcessEnv;
+    trust?: boolean;
+    argv?: string[];
+    /** pi's working directory, relative to the workspace (default: the workspace). */
+    cwd?: string;
+    /** Give pi's cwd a .pi/settings.json: pi 1.x then decides its trust. */
+    piSettings?: boolean;
+    bin?: string;
+    start?: boolean;
+  } = {},
 ): Promise<Setup> {
   const root = realpathSync(mkdtempSync(path.join(tmpdir(), "krunbox-ext-")));
   roots.push(root);
@@ -50,10 +62,15 @@ async function setup(
     mkdirSync(path.join(ws, ".pi"), { recursive: true });
     writeFileSync(path.join(ws, ".pi", "krunbox.toml"), opts.project);
   }
-  if (opts.piSettings) writeFileSync(path.join(ws, ".pi", "settings.json"), "{}");
+  const cwd = path.join(ws, opts.cwd ?? "");
+  mkdirSync(cwd, { recursive: true });
+  if (opts.piSettings) {
+    mkdirSync(path.join(cwd, ".pi"), { recursive: true });
+    writeFileSync(path.join(cwd, ".pi", "settings.json"), "{}");
+  }
   const fromEnv = process.env.KRUNBOX_SERVE_ENV ? (JSON.parse(process.env.KRUNBOX_SERVE_ENV) as NodeJS.ProcessEnv) : {};
   const env = { PATH: process.env.PATH, HOME: process.env.HOME, KRUNBOX_HOME: home, KRUNBOX_BIN: opts.bin ?? SERVE_BIN, HOST_SECRET: "do-not-leak", ...fromEnv, ...opts.env };
-  const pi = new FakePi(ws, opts.trust);
+  const pi = new FakePi(cwd, opts.trust);
   const ext = new KrunboxExtension(pi.api(), {
     env,
     argv: opts.argv ?? ["node", "pi"],
@@ -74,20 +91,30 @@ async function shutdown(s: Setup): Promise<void> {
   await s.pi.emit("session_shutdown", { reason: "quit" });
 }
 
+/** A call of each routed tool that would leave marker behind if it ran. */
+function everyTool(marker: string): [string, Record<string, unknown>][] {
+  return [
+    ["bash", { command: `touch ${marker}` }],
+    ["write", { path: marker, content: "x" }],
+    ["read", { path: "/etc/hostname" }],
+    ["edit", { path: marker, edits: [] }],
+    ["ls", {}],
+    ["find", { pattern: "*" }],
+    ["grep", { pattern: "x" }],
+  ];
+}
+
+/** The extension's krunbox serve connection. */
+function serverOf(s: Setup): ServeClient {
+  return (s.ext as unknown as { ctrl: { connection: ServeClient } }).ctrl.connection;
+}
+
 describe("a sandbox that cannot be used blocks everything", () => {
   test("a bad configuration: session_start does not throw, every tool is blocked, nothing runs", async () => {
     const s = await setup({ user: `network = "wide-open"\n` });
     assert.match(s.pi.status(), /^krunbox: blocked \(configuration: .*network/);
     const marker = path.join(s.ws, "ran");
-    for (const [tool, input] of [
-      ["bash", { command: `touch ${marker}` }],
-      ["write", { path: marker, content: "x" }],
-      ["read", { path: "/etc/hostname" }],
-      ["edit", { path: marker, edits: [] }],
-      ["ls", {}],
-      ["find", { pattern: "*" }],
-      ["grep", { pattern: "x" }],
-    ] as const) {
+    for (const [tool, input] of everyTool(marker)) {
       const r = await s.pi.call(tool, input);
       assert.ok(r.blocked, `${tool} must be blocked`);
       assert.match(r.blocked, /krunbox: blocked, nothing ran: configuration: .*network/);
@@ -129,8 +156,6 @@ describe("a sandbox that cannot be used blocks everything", () => {
     await pi.command("krunbox", "on");
     await pi.command("krunbox", "restart");
     assert.match((await pi.call("bash", { command: "true" })).blocked ?? "", /refusing to mount/, "/krunbox on and restart refuse too");
-    assert.equal(refusedWorkspace("/", {}), "refusing to mount / (the root directory) into the sandbox: start pi in a project directory, or /krunbox off");
-    assert.equal(refusedWorkspace(s.ws, { HOME: s.home }), undefined);
   });
 
   test("a sandbox that fails to start: blocked with the reason and the hint", async () => {
@@ -156,6 +181,136 @@ describe("a sandbox that cannot be used blocks everything", () => {
     const allowed = await s.pi.call("allowed_tool", {});
     assert.equal(ran, 1);
     assert.match(allowed.text, /^\[krunbox\] ran on the HOST, not in the sandbox \("allowed_tool" is in pass_through_tools\)\n/);
+    await shutdown(s);
+  });
+});
+
+/** The runner of a real sandbox (the VM) and every process under it, from its runner.pid (Linux). */
+function vmProcesses(krunboxHome: string, name: string): number[] {
+  const runner = (JSON.parse(readFileSync(path.join(krunboxHome, "state", "sandboxes", name, "runner.pid"), "utf8")) as { pid: number }).pid;
+  const parent = new Map<number, number>();
+  for (const p of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, "utf8");
+      parent.set(Number(p), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // gone
+    }
+  }
+  const found = [runner];
+  for (let i = 0; i < found.length; i++) for (const [pid, ppid] of parent) if (ppid === found[i]) found.push(pid);
+  return found;
+}
+
+/** Send sig to every pid that still exists. */
+function signalAll(pids: number[], sig: NodeJS.Signals): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, sig);
+    } catch {
+      // gone
+    }
+  }
+}
+
+describe("an unresponsive sandbox blocks everything until it answers again", () => {
+  // One second for a file call or a command's start, then (the VM case) four for the health
+  // check: the server's own ping of the guest agent takes up to two.
+  const deadlines = (health: number) => `call_timeout_sec = 1\nhealth_timeout_sec = ${health}\n`;
+
+  /** Everything blocked with the reason, nothing ran; the footer says so. */
+  async function assertBlocked(s: Setup, why: RegExp): Promise<void> {
+    assert.match(s.pi.status(), new RegExp(`^krunbox: blocked \\(unresponsive: ${why.source}`));
+    const marker = path.join(s.ws, "ran");
+    for (const [tool, input] of everyTool(marker)) {
+      const t0 = Date.now();
+      const r = await s.pi.call(tool, input);
+      assert.match(r.blocked ?? "", new RegExp(`^krunbox: blocked, nothing ran: the sandbox is unresponsive: ${why.source}.*/krunbox restart.*/krunbox logs`), tool);
+      assert.ok(Date.now() - t0 < 500, `${tool} is blocked at once, not after a deadline`);
+    }
+    const ub = await s.pi.emit("user_bash", { command: `touch ${marker}`, cwd: s.ws, excludeFromContext: false });
+    assert.match(ub.result.output, /blocked, "touch .*" did not run: the sandbox is unresponsive/);
+    assert.equal(existsSync(marker), false, "nothing ran");
+    assert.ok(s.pi.notes.some((n) => n.level === "error" && /the sandbox is unresponsive/.test(n.message) && /\/krunbox restart/.test(n.message)));
+  }
+
+  /** The first call fails within the deadlines saying the sandbox is unresponsive. */
+  async function assertCallFails(s: Setup, tool: string, input: Record<string, unknown>, why: RegExp, withinMs: number): Promise<void> {
+    const t0 = Date.now();
+    const r = await s.pi.call(tool, input);
+    const took = Date.now() - t0;
+    assert.equal(r.blocked, undefined, "the gate let it through: the sandbox looked ready");
+    assert.equal(r.isError, true);
+    assert.match(r.text, new RegExp(`^krunbox: the sandbox is unresponsive: ${why.source}.*/krunbox restart.*/krunbox logs`));
+    assert.ok(took >= 1000 && took < withinMs, `${tool} failed after ${took} ms, want 1000 to ${withinMs}`);
+  }
+
+  // Without deadlines such a call hangs: the tests' own timeouts turn that into a failure.
+  test("a stopped krunbox serve: the call fails within the deadlines, the rest is blocked, SIGCONT recovers", { timeout: 60_000 }, async () => {
+    const s = await setup({ user: deadlines(1) });
+    await ready(s);
+    writeFileSync(path.join(s.ws, "f.txt"), "before\n");
+    const pid = serverOf(s).pid as number;
+    process.kill(pid, "SIGSTOP");
+    try {
+      const why = /krunbox serve \(pid \d+\) does not answer: fs\.readFile \S+ got no answer within 1 s, nor did a health check within 1 s/;
+      await assertCallFails(s, "read", { path: "f.txt" }, why, 1000 + 1000 + 1500);
+      await assertBlocked(s, why);
+      await s.pi.command("krunbox", "status");
+      assert.match(s.pi.notes[s.pi.notes.length - 1]?.message ?? "", /server says: krunbox serve did not answer sandbox\.status within 1 s/, "/krunbox status answers");
+    } finally {
+      process.kill(pid, "SIGCONT");
+    }
+    await eventually(() => /ready/.test(s.pi.status()), "recovery after SIGCONT");
+    assert.ok(s.pi.notes.some((n) => /answers again/.test(n.message)));
+    assert.match((await s.pi.call("read", { path: "f.txt" })).text, /before/);
+    assert.match((await s.pi.call("bash", { command: "echo again" })).text, /again/);
+    await shutdown(s);
+  });
+
+  test("a stopped krunbox serve: a command's start fails within the deadlines; /krunbox restart replaces the server", { timeout: 60_000 }, async () => {
+    const s = await setup({ user: deadlines(1) });
+    await ready(s);
+    const first = serverOf(s);
+    const marker = path.join(s.ws, "late");
+    process.kill(first.pid as number, "SIGSTOP");
+    try {
+      await assertCallFails(s, "bash", { command: `touch ${marker}` }, /krunbox serve \(pid \d+\) does not answer: the start of "touch \S+" got no answer within 1 s/, 1000 + 1000 + 1500);
+      assert.match(s.pi.status(), /blocked \(unresponsive/);
+      await s.pi.command("krunbox", "restart");
+      assert.match(s.pi.status(), /ready/);
+      assert.notEqual(serverOf(s).pid, first.pid, "a new krunbox serve");
+      assert.equal(first.closed, true, "the stopped one was killed");
+    } finally {
+      // It was killed: SIGCONT is for when the restart failed.
+      try {
+        process.kill(first.pid as number, "SIGCONT");
+      } catch {
+        // gone
+      }
+    }
+    assert.equal(existsSync(marker), false, "the command that timed out never ran");
+    assert.match((await s.pi.call("bash", { command: "echo back" })).text, /back/);
+    await shutdown(s);
+  });
+
+  test("a stopped VM: the call fails within the deadlines with the server's reason, SIGCONT recovers", { timeout: 60_000, skip: IS_STANDIN && "SKIP: the stand-in has no VM processes (make pi-test runs this against build/krunbox)" }, async () => {
+    const s = await setup({ user: deadlines(4) });
+    await ready(s);
+    writeFileSync(path.join(s.ws, "f.txt"), "before\n");
+    const pids = vmProcesses(s.home, sandboxName(s.ws));
+    assert.ok(pids.length >= 2, `the runner and the guest: ${pids}`);
+    signalAll(pids, "SIGSTOP");
+    try {
+      const why = /the VM does not answer: /;
+      await assertCallFails(s, "read", { path: "f.txt" }, why, 1000 + 4000 + 1500);
+      await assertBlocked(s, why);
+    } finally {
+      signalAll(pids, "SIGCONT");
+    }
+    await eventually(() => /ready/.test(s.pi.status()), "recovery after SIGCONT", 15_000);
+    assert.match((await s.pi.call("read", { path: "f.txt" })).text, /before/);
+    assert.match((await s.pi.call("bash", { command: "echo again" })).text, /again/);
     await shutdown(s);
   });
 });
@@ -248,8 +403,7 @@ describe("routing into the sandbox", () => {
     const started = path.join(s.ws, "started");
     const inFlight = s.pi.call("bash", { command: `touch ${started}; sleep 10` });
     await eventually(() => existsSync(started), "the command to start");
-    const server = (s.ext as unknown as { ctrl: { connection: ServeClient } }).ctrl.connection;
-    process.kill(server.pid as number, "SIGKILL");
+    process.kill(serverOf(s).pid as number, "SIGKILL");
     const failed = await inFlight;
     assert.equal(failed.isError, true);
     assert.match(failed.text, /krunbox serve was killed by SIGKILL/);
@@ -258,6 +412,17 @@ describe("routing into the sandbox", () => {
     assert.equal(r.blocked, undefined, "the gate starts a new server");
     assert.match(r.text, /back/);
     await shutdown(s);
+  });
+
+  test("a session that ends while its krunbox serve starts leaves no server behind", async () => {
+    const s = await setup();
+    await shutdown(s); // session_start only spawned the server: it has not answered initialize yet
+    try {
+      await eventually(() => serveProcesses(s.home).length === 0, "the server to exit");
+    } finally {
+      for (const pid of serveProcesses(s.home)) process.kill(pid, "SIGKILL"); // a leaked one would keep this test process alive
+    }
+    assert.equal(s.pi.statuses.some((t) => /ready/.test(t)), false, "the ended session did not come up");
   });
 
   test("the system prompt says where tools run", async () => {
@@ -315,6 +480,9 @@ describe("host execution only when asked, always labelled", () => {
       ["pi trusts by default only", { trust: true }, /blocked/],
       ["pi trusts after deciding on its own .pi resources", { trust: true, piSettings: true }, /HOST/],
       ["pi trusts with --approve", { trust: true, argv: ["node", "pi", "--approve"] }, /HOST/],
+      // The project file is the workspace's (the git root); pi's trust is about its cwd.
+      ["pi trusts a subdirectory after deciding on its own .pi resources", { trust: true, cwd: "pkg", piSettings: true }, /blocked/],
+      ["pi trusts a subdirectory with --approve", { trust: true, cwd: "pkg", argv: ["node", "pi", "--approve"] }, /blocked/],
     ];
     for (const [label, opts, want] of cases) {
       const s = await setup({ project, env, ...opts });
@@ -342,7 +510,7 @@ describe("/krunbox", () => {
     const status = s.pi.notes[s.pi.notes.length - 1]?.message ?? "";
     assert.match(status, /^krunbox: ready \(/);
     assert.match(status, /sandbox: pi-ws-[0-9a-f]{8}/);
-    assert.match(status, /krunbox: .* \(KRUNBOX_BIN\)/);
+    assert.match(status, /^krunbox: \/.* \(from KRUNBOX_BIN\)$/m);
     assert.match(status, /server says: ready/);
     await s.pi.command("krunbox", "config");
     assert.match(s.pi.notes[s.pi.notes.length - 1]?.message ?? "", /^cpus = 1 {2}\(user /m);
@@ -356,6 +524,43 @@ describe("/krunbox", () => {
     assert.equal(readFileSync(path.join(s.ws, "kept"), "utf8"), "k", "the workspace is the host's and stays");
     await s.pi.command("krunbox", "bogus");
     assert.match(s.pi.notes[s.pi.notes.length - 1]?.message ?? "", /unknown subcommand "bogus"/);
+    await shutdown(s);
+  });
+
+  test("pi 0.73 in rpc mode: a warning, once, that the rpc client's bash commands run on the host", async () => {
+    const rpc = ["node", "pi", "-e", "pi-krunbox", "--mode", "rpc"];
+    const cases: [string, object, string[], boolean][] = [
+      ["0.73, --mode rpc", {}, rpc, true],
+      ["0.73, --mode=rpc", {}, ["node", "pi", "--mode=rpc"], true],
+      ["0.73, print mode", {}, ["node", "pi", "-p", "x"], false],
+      ["0.73, a prompt that says --mode rpc is not the flag", {}, ["node", "pi", "-p", "--mode"], false],
+      ["1.x (ctx.mode)", { mode: "rpc" }, rpc, false],
+      ["1.x (ctx.isProjectTrusted)", { isProjectTrusted: () => true }, rpc, false],
+    ];
+    for (const [label, ctx, argv, want] of cases) assert.equal(rpcBashBypasses(ctx, argv), want, label);
+    for (const [label, opts, want] of [
+      ["0.73 rpc", { argv: rpc }, 1],
+      ["1.x rpc", { argv: rpc, trust: true }, 0],
+      ["0.73 tui", {}, 0],
+    ] as const) {
+      const s = await setup({ ...opts, argv: [...(opts.argv ?? ["node", "pi"])] });
+      await s.pi.emit("session_start", { reason: "startup" });
+      const warned = s.pi.notes.filter((n) => n.message === RPC_BASH_WARNING);
+      assert.equal(warned.length, want, label);
+      if (want) assert.equal(warned[0]?.level, "warning");
+      await shutdown(s);
+    }
+  });
+
+  test("the session says once which krunbox it uses, and why that one", async () => {
+    const s = await setup();
+    const using = () => s.pi.notes.filter((n) => /^krunbox: using /.test(n.message));
+    assert.deepEqual(using(), [{ message: `krunbox: using ${s.env.KRUNBOX_BIN} (from KRUNBOX_BIN)`, level: "info" }], "at session start");
+    await ready(s);
+    await s.pi.command("krunbox", "restart");
+    await s.pi.command("krunbox", "off");
+    await s.pi.command("krunbox", "on");
+    assert.equal(using().length, 1, "once");
     await shutdown(s);
   });
 

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { FirstRead, fsError, GuestFS, globMatcher, guestGlob, LsCache, signalExitCode, sniffImage } from "../src/guest.ts";
+import { FirstRead, fsError, GuestFS, globMatcher, guestGlob, guestOutput, LsCache, signalExitCode, sniffImage, withCallSignal } from "../src/guest.ts";
 import { formatGrep, guestGrep, MatchCollector, parseGrepLine, parseRgJson, rgArgv } from "../src/grep.ts";
 import { ErrorCode, RpcError, type SandboxStatus } from "../src/protocol.ts";
 import type { ServeClient } from "../src/rpc.ts";
@@ -102,7 +102,7 @@ describe("guest operations through serve", () => {
   let c: ServeClient;
   let status: SandboxStatus;
   const ws = env.workspace;
-  const readyWith = (tools: GuestTools): Ready => ({ client: c, name, status, tools });
+  const readyWith = (tools: GuestTools): Ready => ({ client: c, name, status, tools, callTimeoutMs: 30_000, timedOut: async (late) => new Error(late) });
 
   before(async () => {
     c = await env.connect();
@@ -134,6 +134,31 @@ describe("guest operations through serve", () => {
     assert.equal(await gfs.exists(path.join(ws, "src")), true);
     await gfs.writeFile(path.join(ws, "new", "dir", "f.txt"), "made", true);
     assert.equal((await gfs.readFile(path.join(ws, "new", "dir", "f.txt"))).toString(), "made");
+  });
+
+  test("a call without an answer in time fails with the sandbox's timedOut error; the tool's abort ends it at once", async () => {
+    const late: string[] = [];
+    const r: Ready = { ...readyWith({}), callTimeoutMs: 300, timedOut: async (l) => (late.push(l), new Error(`unresponsive: ${l}`)) };
+    const gfs = new GuestFS(() => r);
+    const f = path.join(ws, "src", "a.ts");
+    process.kill(c.pid as number, "SIGSTOP");
+    try {
+      const t0 = Date.now();
+      await assert.rejects(gfs.stat(f), { message: `unresponsive: fs.stat ${f} got no answer within 300 ms` });
+      assert.ok(Date.now() - t0 >= 290, "not before the deadline");
+      await assert.rejects(guestOutput(r, ["true"]), { message: "unresponsive: the start of true got no answer within 300 ms" });
+      const ac = new AbortController();
+      const patient = new GuestFS(() => ({ ...r, callTimeoutMs: 60_000 }));
+      const aborted = withCallSignal(ac.signal, () => patient.readFile(f));
+      const t1 = Date.now();
+      ac.abort();
+      await assert.rejects(aborted, /fs\.readFile: aborted/);
+      assert.ok(Date.now() - t1 < 1000, "the abort does not wait for the deadline");
+      assert.equal(late.length, 2, "an abort is no sign of an unresponsive sandbox");
+    } finally {
+      process.kill(c.pid as number, "SIGCONT");
+    }
+    assert.equal((await gfs.stat(f)).type, "file", "it answers again");
   });
 
   test("LsCache answers stats of listed entries without round trips, except symlinks", async () => {

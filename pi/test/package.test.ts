@@ -61,7 +61,8 @@ describe("the npm package", { skip }, () => {
           await rpc.waitFor((r) => r.method === "setStatus" && want.test(plain(String(r.statusText))), `the sandbox to be ${want.source}`);
           await rpc.command("/krunbox status");
           const status = rpc.notifications().find((n) => /^krunbox: (ready|blocked)/.test(n)) ?? "";
-          assert.ok(status.includes(`${bundledPath(unpacked)} (bundled)`), status);
+          assert.ok(status.includes(`${bundledPath(unpacked)} (bundled with pi-krunbox)`), status);
+          assert.ok(rpc.notifications().includes(`krunbox: using ${bundledPath(unpacked)} (bundled with pi-krunbox)`), "said when the session started");
           assert.doesNotMatch(rpc.statuses().map(plain).join("\n"), /HOST/);
           if (REAL_VM) {
             await rpc.prompt("what is the hostname?");

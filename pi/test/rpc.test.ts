@@ -2,10 +2,13 @@
 // (What a server must do is in conformance.test.ts.)
 
 import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
 import { describe, test } from "node:test";
 import { ClientErrorCode, ErrorCode, errorCodeName, RpcError } from "../src/protocol.ts";
 import { ServeClient } from "../src/rpc.ts";
-import { rpcRejection, withServer } from "./serve-driver.ts";
+import { eventually, rpcRejection, withServer } from "./serve-driver.ts";
 
 const client = { name: "test", version: "0" };
 
@@ -75,10 +78,68 @@ describe("ServeClient", () => {
     withServer({}, async (c, env) => {
       const ac = new AbortController();
       const name = env.name("abort");
-      const p = c.request("sandbox.ensure", env.ensureParams(name), ac.signal);
+      const p = c.request("sandbox.ensure", env.ensureParams(name), { signal: ac.signal });
       ac.abort();
       assert.equal((await rpcRejection(p)).code, ClientErrorCode.Aborted);
     }));
+
+  describe("deadlines", () => {
+    const init = JSON.stringify({ jsonrpc: "2.0", id: 1, result: { protocolVersion: 1, server: { name: "x", version: "1" }, limits: {} } });
+    const answer = (id: number, result: object) => `echo '${JSON.stringify({ jsonrpc: "2.0", id, result })}'`;
+
+    test("a request without an answer in time rejects with Timeout; a late answer goes to onLate only", async () => {
+      // Request 2 is answered only after request 3 arrived.
+      const c = await ServeClient.connect(sh(`read l; echo '${init}'; read l; read l; ${answer(2, { late: true })}; ${answer(3, {})}; exec sleep 30`), client);
+      try {
+        const late: unknown[] = [];
+        const t0 = Date.now();
+        const err = await rpcRejection(c.request("x.slow", {}, { timeoutMs: 200, onLate: (r) => late.push(r) }));
+        assert.equal(err.code, ClientErrorCode.Timeout);
+        assert.equal(err.message, "krunbox serve did not answer x.slow within 200 ms");
+        assert.ok(Date.now() - t0 >= 190, "not before the deadline");
+        assert.deepEqual(await c.request("x.trigger", {}), {});
+        assert.deepEqual(late, [{ late: true }]);
+      } finally {
+        await c.close(100);
+      }
+    });
+
+    test("a command started after exec.start timed out is killed", async () => {
+      const dir = mkdtempSync(path.join(tmpdir(), "krunbox-rpc-"));
+      const seen = path.join(dir, "signal");
+      const c = await ServeClient.connect(
+        sh(`read l; echo '${init}'; read l; read l; ${answer(2, { execId: "x1", pid: 7 })}; ${answer(3, {})}; read l; echo "$l" > ${seen}.tmp; mv ${seen}.tmp ${seen}; ${answer(4, { delivered: true })}; exec sleep 30`),
+        client,
+      );
+      try {
+        const err = await rpcRejection(c.exec({ sandbox: "s", argv: ["true"] }, { startTimeoutMs: 200 }));
+        assert.equal(err.code, ClientErrorCode.Timeout);
+        assert.match(err.message, /did not answer exec\.start within 200 ms/);
+        await c.request("x.trigger", {});
+        await eventually(() => existsSync(seen), "exec.signal after the late start");
+        assert.deepEqual(JSON.parse(readFileSync(seen, "utf8")).params, { execId: "x1", signal: "SIGKILL" });
+      } finally {
+        await c.close(100);
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    test("a killed command whose end is never reported rejects after the start deadline", async () => {
+      // exec.start and exec.signal are answered; exec.exit never comes.
+      const c = await ServeClient.connect(sh(`read l; echo '${init}'; read l; ${answer(2, { execId: "x1", pid: 7 })}; read l; ${answer(3, { delivered: true })}; exec sleep 30`), client);
+      try {
+        const ac = new AbortController();
+        const running = c.exec({ sandbox: "s", argv: ["sleep", "9"] }, { signal: ac.signal, startTimeoutMs: 300, onStart: () => ac.abort() });
+        const t0 = Date.now();
+        const err = await rpcRejection(running);
+        assert.equal(err.code, ClientErrorCode.Timeout);
+        assert.match(err.message, /did not report the end of the command within 300 ms after it was killed/);
+        assert.ok(Date.now() - t0 < 5000);
+      } finally {
+        await c.close(100);
+      }
+    });
+  });
 
   test("error codes have their documented names", () => {
     assert.equal(errorCodeName(ErrorCode.NotReady), "not-ready");

@@ -159,29 +159,32 @@ export async function removeSandboxes(cmd: ServeCommand, krunboxHome: string): P
   }
 }
 
-/**
- * Wait (at most 20 s) until no `krunbox serve --stdio` with this KRUNBOX_HOME runs. Linux
- * only (it reads /proc); elsewhere it returns at once.
- */
-export async function waitForServers(krunboxHome: string): Promise<void> {
+/** The pids of the `krunbox serve --stdio` processes with this KRUNBOX_HOME (Linux: /proc; elsewhere none). */
+export function serveProcesses(krunboxHome: string): number[] {
   const marker = `\0KRUNBOX_HOME=${krunboxHome}\0`;
-  const running = () => {
-    let pids: string[];
-    try {
-      pids = readdirSync("/proc").filter((p) => /^\d+$/.test(p));
-    } catch {
-      return false;
-    }
-    return pids.some((pid) => {
+  let pids: string[];
+  try {
+    pids = readdirSync("/proc").filter((p) => /^\d+$/.test(p));
+  } catch {
+    return [];
+  }
+  return pids
+    .filter((pid) => {
       try {
         const argv = readFileSync(`/proc/${pid}/cmdline`, "latin1");
         return argv.includes("\0serve\0--stdio") && `\0${readFileSync(`/proc/${pid}/environ`, "latin1")}`.includes(marker);
       } catch {
         return false; // gone, or not ours to read
       }
-    });
-  };
-  await eventually(() => !running(), `krunbox serve of ${krunboxHome} to exit`, 20_000).catch((err) => process.stderr.write(`test cleanup: ${err.message}\n`));
+    })
+    .map(Number);
+}
+
+/** Wait (at most 20 s) until no `krunbox serve --stdio` with this KRUNBOX_HOME runs. */
+export async function waitForServers(krunboxHome: string): Promise<void> {
+  await eventually(() => serveProcesses(krunboxHome).length === 0, `krunbox serve of ${krunboxHome} to exit`, 20_000).catch((err) =>
+    process.stderr.write(`test cleanup: ${err.message}\n`),
+  );
 }
 
 /** The RpcError p rejects with; fails the test when p resolves or rejects otherwise. */

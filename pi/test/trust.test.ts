@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { after, describe, test } from "node:test";
-import { hasGuardedResources, piTrustIsDecision, savedTrust } from "../src/trust.ts";
+import { hasGuardedResources, piTrustIsDecision, savedTrust, workspaceTrust } from "../src/trust.ts";
 
 const root = realpathSync(mkdtempSync(path.join(tmpdir(), "krunbox-trust-")));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -60,5 +60,36 @@ describe("is pi's trust a decision", () => {
     writeFileSync(path.join(agent, "trust.json"), "not json");
     assert.equal(savedTrust(p, agent), undefined, "an unreadable store is no decision");
     rmSync(path.join(agent, "trust.json"));
+  });
+
+  test("pi's answer is about its cwd: it counts for the workspace only when they are one directory", () => {
+    const ws = project("repo", [".pi/settings.json"]);
+    const sub = path.join(ws, "pkg");
+    mkdirSync(path.join(sub, ".pi"), { recursive: true });
+    writeFileSync(path.join(sub, ".pi", "settings.json"), "{}");
+    const plain = project("plain-repo");
+    const link = path.join(root, "repo-link");
+    symlinkSync(ws, link);
+    const q = (piSays: boolean | undefined, cwd: string, workspace: string, argv = ["node", "pi"]) => workspaceTrust({ piSays, cwd, workspace, env, argv });
+    const cases: [string, ReturnType<typeof q>["trusted"], ReturnType<typeof q>, RegExp][] = [
+      ["pi 0.73", undefined, q(undefined, ws, ws), /pi 0\.73 has no project trust/],
+      ["cwd is the workspace, pi decided", true, q(true, ws, ws), /^pi: trusted$/],
+      ["cwd is the workspace, pi says no", false, q(false, ws, ws), /^pi: not trusted$/],
+      ["cwd is the workspace, trusted by default only", false, q(true, plain, plain), /by default only/],
+      ["cwd is the workspace, --approve", true, q(true, plain, plain, ["node", "pi", "--approve"]), /^pi: trusted$/],
+      ["a subdirectory pi decided to trust", false, q(true, sub, ws), new RegExp(`about ${sub}, not the workspace ${ws}`)],
+      ["a subdirectory with --approve", false, q(true, sub, ws, ["node", "pi", "-a"]), /not counted/],
+      ["the workspace through a symlink", true, q(true, link, ws), /^pi: trusted$/],
+    ];
+    for (const [label, want, got, note] of cases) {
+      assert.equal(got.trusted, want, label);
+      assert.match(got.note, note, label);
+    }
+    writeFileSync(path.join(agent, "trust.json"), JSON.stringify({ [ws]: true }));
+    try {
+      assert.deepEqual(q(false, sub, ws), { trusted: true, note: `pi: a saved decision trusts the workspace ${ws}` }, "a decision saved for the workspace counts");
+    } finally {
+      rmSync(path.join(agent, "trust.json"));
+    }
   });
 });

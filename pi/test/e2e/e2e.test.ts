@@ -85,12 +85,15 @@ describe(`e2e with krunbox ${usingStandin ? "stand-in (commands run on the host)
           assert.match(llm.systemPrompt(), /# Sandbox\nYour tools .* run inside a Linux microVM/);
           const statuses = rpc.statuses().map(plain);
           assert.ok(statuses.some((s) => /^krunbox: ready \(.*, pi-ws-[0-9a-f]{8}\)$/.test(s)), statuses.join("\n"));
+          // pi 0.73's rpc `bash` command never reaches extensions (README, known limitations): said once.
+          const warned = rpc.notifications().filter((n) => /^krunbox: pi 0\.73 in rpc mode runs the rpc client's `bash` commands .* on the HOST/.test(n));
+          assert.equal(warned.length, isOne ? 0 : 1, "the rpc bash warning, on pi 0.73 only");
         } finally {
           await done();
         }
       });
 
-      test("!cmd in rpc mode (user_bash) runs in the sandbox", { skip: !isOne && "SKIP: pi 0.73's rpc `bash` command does not emit user_bash (it always runs on the host, whatever extensions do); its interactive !cmd is tested below" }, async () => {
+      test("!cmd in rpc mode (user_bash) runs in the sandbox", { skip: !isOne && "SKIP: pi 0.73's rpc `bash` command does not emit user_bash (it always runs on the host, whatever extensions do: a known limitation, warned about, see the README and the first test); its interactive !cmd is tested below" }, async () => {
         const { env, done } = await setup([], { env: { SECRET: "host-secret" } });
         try {
           const rpc = new RpcPi(pi, env, piArgs());
