@@ -22,6 +22,7 @@ import (
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
 	"github.com/krunbox/krunbox/internal/testutil/poll"
+	"github.com/krunbox/krunbox/internal/testutil/proctree"
 	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
@@ -277,7 +278,7 @@ func TestOrphansAreReaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	orphan, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	if ppid, ok := parentOf(orphan); ok && ppid != a.Pid() {
+	if ppid, ok := proctree.Parent(orphan); ok && ppid != a.Pid() {
 		t.Fatalf("orphan %d has parent %d, want the agent %d (subreaper)", orphan, ppid, a.Pid())
 	}
 	waitGone(t, orphan) // gone means reaped: a zombie still has /proc/<pid>
@@ -622,24 +623,6 @@ func waitGone(t testing.TB, pid int) {
 }
 
 // procStat returns the fields of /proc/pid/stat after the command name.
-func procStat(pid int) ([]string, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return strings.Fields(string(b[i+1:])), true
-}
-
-func parentOf(pid int) (int, bool) {
-	f, ok := procStat(pid)
-	if !ok {
-		return 0, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid, true
-}
-
 func zombieChildren(parent int) []int {
 	ents, _ := os.ReadDir("/proc")
 	var out []int
@@ -648,7 +631,7 @@ func zombieChildren(parent int) []int {
 		if err != nil {
 			continue
 		}
-		if f, ok := procStat(pid); ok && f[0] == "Z" && f[1] == strconv.Itoa(parent) {
+		if f, ok := proctree.Stat(pid); ok && f[0] == "Z" && f[1] == strconv.Itoa(parent) {
 			out = append(out, pid)
 		}
 	}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +19,7 @@ import (
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
 	"github.com/krunbox/krunbox/internal/testutil/poll"
+	"github.com/krunbox/krunbox/internal/testutil/proctree"
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
 )
@@ -354,7 +353,7 @@ func TestStopUnresponsiveSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := descendantNamed(ri.Pid, "krunbox-agent")
+	agent := proctree.DescendantNamed(ri.Pid, "krunbox-agent")
 	if agent == 0 {
 		t.Fatalf("no krunbox-agent process below the runner %d", ri.Pid)
 	}
@@ -390,32 +389,6 @@ func TestStopUnresponsiveSandbox(t *testing.T) {
 	// The guest's processes die with the VM (the double kills its PID
 	// namespace once the runner is gone, a real VM just ends).
 	waitGone(t, agent)
-}
-
-// descendantNamed returns a process below root whose command name is comm,
-// or 0.
-func descendantNamed(root int, comm string) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || strings.TrimSpace(string(b)) != comm {
-			continue
-		}
-		for p := pid; p > 1; {
-			ppid, ok := parentOf(p)
-			if !ok {
-				break
-			}
-			if ppid == root {
-				return pid
-			}
-			p = ppid
-		}
-	}
-	return 0
 }
 
 func TestStartFailureSaysWhy(t *testing.T) {

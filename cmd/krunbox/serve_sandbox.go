@@ -510,12 +510,24 @@ func (s *server) unwatch(name string) {
 func (s *server) sandboxStatus(ctx context.Context, raw json.RawMessage) (any, func(), error) {
 	var p struct {
 		Name string `json:"name"`
+		// TimeoutMs bounds the ping of the guest agent (default 2 s), so
+		// that a client with a deadline of its own hears "unresponsive"
+		// from the server rather than nothing.
+		TimeoutMs int `json:"timeoutMs"`
 	}
 	if err := decodeParams(raw, &p); err != nil {
 		return nil, nil, err
 	}
 	if err := checkName("name", p.Name); err != nil {
 		return nil, nil, err
+	}
+	if p.TimeoutMs < 0 {
+		return nil, nil, &rpcError{Code: codeInvalidParams, Message: "timeoutMs: want 0 (the default) or more"}
+	}
+	if p.TimeoutMs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(p.TimeoutMs)*time.Millisecond)
+		defer cancel()
 	}
 	return s.status(ctx, p.Name), nil, nil
 }

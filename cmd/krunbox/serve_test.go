@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
 	"github.com/krunbox/krunbox/internal/testutil/poll"
+	"github.com/krunbox/krunbox/internal/testutil/proctree"
 	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
@@ -656,6 +658,32 @@ func TestServeSandboxLifecycle(t *testing.T) {
 }
 
 // runnerPid is the pid of a sandbox's VM runner.
+// sandbox.status's timeoutMs bounds its ping of the guest agent: a frozen
+// agent is reported unresponsive within the client's deadline.
+func TestServeStatusTimeout(t *testing.T) {
+	e := newServeEnv(t)
+	c := startServe(t)
+	c.initialize()
+	const name = "frozen"
+	c.call("sandbox.ensure", e.ensureParams(name, nil), nil)
+	agent := proctree.DescendantNamed(runnerPid(t, name), "krunbox-agent")
+	if agent == 0 {
+		t.Fatal("no krunbox-agent below the runner")
+	}
+	if err := syscall.Kill(agent, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(agent, syscall.SIGCONT)
+	start := time.Now()
+	var st sandboxStatus
+	c.call("sandbox.status", map[string]any{"name": name, "timeoutMs": 300}, &st)
+	// Without timeoutMs the ping would take the default 2 s.
+	if took := time.Since(start); st.State != stateUnresponsive || took > 1500*time.Millisecond {
+		t.Errorf("status of a frozen agent with timeoutMs 300: %+v after %v; want unresponsive within about 300 ms", st, took)
+	}
+	c.callErr("sandbox.status", map[string]any{"name": name, "timeoutMs": -1}, codeInvalidParams)
+}
+
 func runnerPid(t *testing.T, name string) int {
 	t.Helper()
 	h, err := hostapi.NewHost()

@@ -31,7 +31,7 @@ import { ConfigError, describeConfig, type LoadedConfig, loadConfig } from "./co
 import { type BashExecOptions, FirstRead, GuestFS, guestBashOperations, guestGlob, LsCache, withCallSignal } from "./guest.ts";
 import { type GrepParams, guestGrep } from "./grep.ts";
 import { ServeClient } from "./rpc.ts";
-import { NotReadyError, SandboxController, type State } from "./sandbox.ts";
+import { agentPingMs, NotReadyError, SandboxController, type State } from "./sandbox.ts";
 import { workspaceTrust } from "./trust.ts";
 import { findWorkspace, refusedWorkspace, sandboxName } from "./workspace.ts";
 
@@ -565,7 +565,11 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
     if ((s?.kind === "failed" || s?.kind === "unresponsive") && s.hint) lines.push(`hint: ${s.hint}`);
     if (conn && !conn.closed && this.ctrl) {
       try {
-        const st = await conn.request<{ state: string }>("sandbox.status", { name: this.ctrl.name }, { timeoutMs: this.ctrl.healthTimeoutMs });
+        const st = await conn.request<{ state: string }>(
+          "sandbox.status",
+          { name: this.ctrl.name, timeoutMs: agentPingMs(this.ctrl.healthTimeoutMs) },
+          { timeoutMs: this.ctrl.healthTimeoutMs },
+        );
         lines.push(`server says: ${st.state}`);
       } catch (err) {
         lines.push(`server says: ${(err as Error).message}`);

@@ -337,7 +337,9 @@ export class SandboxController {
     const ms = this.healthTimeoutMs;
     let status: SandboxStatus;
     try {
-      status = await client.request<SandboxStatus>("sandbox.status", { name: this.name }, { timeoutMs: ms });
+      // The server's ping of the agent gets half the deadline, so that a frozen VM is
+      // reported as such by a server that still answers.
+      status = await client.request<SandboxStatus>("sandbox.status", { name: this.name, timeoutMs: agentPingMs(ms) }, { timeoutMs: ms });
     } catch (err) {
       const stale = this.client !== client || this.disposed || !running(this.current);
       if (stale || !(err instanceof RpcError) || err.code !== ClientErrorCode.Timeout) return; // a dead server: onClose says so
@@ -425,4 +427,9 @@ function notReadyReason(s: State): string {
 /** Whether the sandbox was up (ready, or up but not answering). */
 function running(s: State): boolean {
   return s.kind === "ready" || s.kind === "unresponsive";
+}
+
+/** The part of a health deadline the server may spend pinging the guest agent. */
+export function agentPingMs(healthTimeoutMs: number): number {
+  return Math.max(100, Math.floor(healthTimeoutMs / 2));
 }

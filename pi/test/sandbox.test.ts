@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { DEFAULTS, type KrunboxConfig } from "../src/config.ts";
 import { ServeClient } from "../src/rpc.ts";
-import { SandboxController } from "../src/sandbox.ts";
+import { agentPingMs, SandboxController } from "../src/sandbox.ts";
 
 /** A server that answers initialize and sandbox.ensure, then nothing (its exec.start hangs). */
 function hangsAfterEnsure(): Promise<ServeClient> {
@@ -27,5 +27,13 @@ describe("SandboxController", () => {
     } finally {
       await ctrl.dispose();
     }
+  });
+});
+
+describe("agentPingMs", () => {
+  test("gives the server half the health deadline to ping the agent, at least 100 ms", () => {
+    assert.equal(agentPingMs(5000), 2500);
+    assert.equal(agentPingMs(1000), 500);
+    assert.equal(agentPingMs(150), 100);
   });
 });
