@@ -145,11 +145,14 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
   test("exec.signal SIGKILL kills the whole process group", async () => {
     const pidFile = path.join(env.workspace, "bg.pid");
     const ac = new AbortController();
+    let started = false;
     const done = c.exec(
       { sandbox: name, argv: ["/bin/sh", "-c", `sleep 300 & echo $! > ${pidFile}; wait`] },
-      { signal: ac.signal },
+      { signal: ac.signal, onStart: () => (started = true) },
     );
-    await eventually(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "", "the background pid");
+    // Aborted once exec.start has been answered: an abort before that gives up on the
+    // start (and kills the command if it starts late), which is not what is tested here.
+    await eventually(() => started && existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "", "the background pid");
     const bg = readFileSync(pidFile, "utf8").trim();
     ac.abort();
     const exit: ExecExitParams = await done;
