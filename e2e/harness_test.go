@@ -63,6 +63,7 @@ var scenarios = []scenario{
 	{"Inspect", testInspect},
 	{"ConfigLayers", testConfigLayers},
 	{"ImagesInUseAreKept", testImagesInUseAreKept},
+	{"HostBoundary", testHostBoundary},
 }
 
 // TestDouble runs every scenario with VMs on the libkrun test double.

@@ -1,0 +1,507 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
+	"github.com/krunbox/krunbox/internal/testutil/testimage"
+	"github.com/krunbox/krunbox/internal/testutil/testkrun"
+)
+
+// hostileCase is one way a guest, an image or a project tries to reach
+// the host through krunbox's host-side code. Each runs in an installation
+// of its own, next to a victim directory that nothing shares; the victim
+// must be byte-for-byte unchanged after the case.
+type hostileCase struct {
+	name string
+	run  func(t *testing.T, e *env, victim string)
+}
+
+var hostileCases = []hostileCase{
+	{"ImageKrunboxDirIsALink", testImageKrunboxLink},
+	{"GuestKrunboxDirIsALink", testGuestKrunboxLink},
+	{"ShareSwappedForALink", testShareSwapped},
+	{"CopyInDoesNotFollowLinks", testCopyInLinks},
+	{"CopyOutDoesNotFollowLinks", testCopyOutLinks},
+	{"BadImageEnv", testBadImageEnv},
+	{"OwnDirectoryBehindALink", testOwnDirBehindLink},
+	{"HugeAndBlockingGitFiles", testHostileGitFiles},
+	{"ExportDropsSetID", testExportSetID},
+	{"JunkEverywhere", testJunkEverywhere},
+}
+
+// testHostBoundary runs every hostile case.
+func testHostBoundary(t *testing.T, e *env) {
+	for _, c := range hostileCases {
+		t.Run(c.name, func(t *testing.T) {
+			v := newVictim(t)
+			// Checked last, after the sandboxes were removed, and
+			// whether the case ended early or not.
+			t.Cleanup(func() { v.check(t) })
+			c.run(t, newEnv(t, e.suite), v.dir)
+		})
+	}
+}
+
+// victim is a host directory outside everything shared, holding what an
+// attacker would want: a secret, a key, a config file, a subdirectory.
+type victim struct {
+	dir  string
+	want map[string]string
+}
+
+func newVictim(t *testing.T) *victim {
+	t.Helper()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"secret":               "the victim's secret\n",
+		".ssh/authorized_keys": "ssh-ed25519 AAAA victim\n",
+		"agent.json":           `{"victim":true}` + "\n",
+		"krunbox-agent":        "#!/bin/sh\necho victim\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("secret", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	v := &victim{dir: dir}
+	v.want = v.snapshot(t)
+	return v
+}
+
+// snapshot describes every entry below the victim: type, mode, size,
+// content hash or link target.
+func (v *victim) snapshot(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(v.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		desc := fmt.Sprintf("%v %d", fi.Mode(), fi.Size())
+		switch {
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			desc += " " + hex.EncodeToString(sum[:])
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		}
+		rel, _ := filepath.Rel(v.dir, p)
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("victim: %v", err)
+	}
+	return out
+}
+
+func (v *victim) check(t *testing.T) {
+	t.Helper()
+	got := v.snapshot(t)
+	for p, w := range v.want {
+		if got[p] != w {
+			t.Errorf("victim %s changed: %q, was %q", p, got[p], w)
+		}
+	}
+	for p := range got {
+		if _, ok := v.want[p]; !ok {
+			t.Errorf("victim %s appeared: %s", p, got[p])
+		}
+	}
+}
+
+// within runs krunbox with a deadline: a hostile file must never make
+// krunbox hang. It reports the peak memory krunbox used too.
+func (e *env) within(d time.Duration, args ...string) (result, int64) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, krunboxBin, args...)
+	cmd.Env = e.environ()
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	r := result{args: args, stdout: out.String(), stderr: errOut.String()}
+	if ctx.Err() != nil {
+		e.t.Fatalf("krunbox %s did not finish within %v: %s", strings.Join(args, " "), d, r)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatalf("krunbox %v: %v", args, err)
+	}
+	var maxRSS int64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		maxRSS = ru.Maxrss << 10
+	}
+	return r, maxRSS
+}
+
+// derivedImage writes the test image with one more layer and a changed
+// configuration into an OCI layout of its own and returns its reference.
+func derivedImage(t *testing.T, entries []testimage.Entry, cfg func(*testimage.Config)) string {
+	t.Helper()
+	dir, tag, ok := strings.Cut(strings.TrimPrefix(image, "oci:"), ":")
+	if !ok || !strings.HasPrefix(image, "oci:") {
+		t.Skipf("the hostile images derive from an oci: test image, not %s", image)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(im.Manifests, func(d v1.Descriptor) bool { return d.Annotations["org.opencontainers.image.ref.name"] == tag })
+	if i < 0 {
+		t.Fatalf("%s has no image tagged %s", dir, tag)
+	}
+	base, err := idx.Image(im.Manifests[i].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := base
+	if len(entries) > 0 {
+		if img, err = mutate.AppendLayers(img, testimage.Layer(t, entries...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cfg != nil {
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cf.Config.DeepCopy()
+		cfg(c)
+		if img, err = mutate.Config(img, *c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir = filepath.Join(t.TempDir(), "hostile")
+	testimage.WriteLayout(t, dir, "latest", img)
+	return "oci:" + dir + ":latest"
+}
+
+// workspace returns a new directory with symlinks resolved.
+func workspace(t *testing.T) string {
+	t.Helper()
+	ws, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// An image whose /.krunbox is a link to a host directory: krunbox writes
+// its agent and configuration there at every start. It owns /.krunbox: a
+// link there is replaced, nothing is written through it, and the sandbox
+// runs.
+func testImageKrunboxLink(t *testing.T, e *env, victim string) {
+	for _, target := range []string{victim, "../../../../../../../../../../.." + victim} {
+		img := derivedImage(t, []testimage.Entry{testimage.Symlink(".krunbox", target)}, nil)
+		r, _ := e.within(2*time.Minute, "run", "--rm", img, "--", "cat", "/etc/hostname")
+		if r.code != 0 {
+			t.Errorf("an image with /.krunbox -> %s: %s", target, r)
+		}
+	}
+}
+
+// A guest that replaces /.krunbox with a link to a host directory, then
+// is stopped and started again. libkrun 1.19 serves /.krunbox from memory,
+// read-only; before it (the double built as an older libkrun), krunbox
+// writes the agent into the root, where the guest can plant the link.
+func testGuestKrunboxLink(t *testing.T, e *env, victim string) {
+	if e.suite.mode != double {
+		t.Skip("needs a libkrun before 1.19: the test double built as one")
+	}
+	e.extra = append(e.extra, "KRUNBOX_LIBKRUN="+testkrun.Build(t, "-DTESTKRUN_LEGACY"))
+	e.started("g")
+	e.ok("exec", "g", "sh", "-c", "rm -rf /.krunbox; ln -s "+victim+" /.krunbox")
+	e.ok("stop", "g")
+	if r, _ := e.within(2*time.Minute, "start", "g"); r.code != 0 {
+		t.Fatalf("start after the guest planted /.krunbox -> %s: %s", victim, r)
+	}
+	if out := e.ok("exec", "g", "cat", "/etc/hostname"); strings.TrimSpace(out) != "g" {
+		t.Errorf("hostname after the restart: %q", out)
+	}
+}
+
+// A guest that swaps a shared directory inside the workspace for a link
+// to a host directory (or to krunbox's own state) between two starts.
+func testShareSwapped(t *testing.T, e *env, victim string) {
+	for i, target := range []string{victim, filepath.Join(e.home, "state")} {
+		name := fmt.Sprintf("s%d", i)
+		ws := workspace(t)
+		data := filepath.Join(ws, "data")
+		if err := os.Mkdir(data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.started(name, "--workspace", ws, "-v", data+":/data")
+		e.ok("exec", name, "sh", "-c", "rm -rf "+data+" && ln -s "+target+" "+data)
+		e.ok("stop", name)
+		r, _ := e.within(2*time.Minute, "start", name)
+		if r.code == 0 {
+			// Started: /data must not be the link's target.
+			out := e.krunbox("exec", name, "sh", "-c", "ls -a /data; echo pwned > /data/pwned")
+			t.Errorf("start after %s became a link to %s: started, /data holds %q", data, target, out.stdout)
+			continue
+		}
+		if !strings.Contains(r.stderr, data) {
+			t.Errorf("the refused start does not name the share %s: %s", data, r)
+		}
+		if st := e.ls()[name].State; st == "running" {
+			t.Errorf("a refused start left %s %s", name, st)
+		}
+	}
+}
+
+// plantJunk puts into dir what a guest can make: links out of the tree
+// (absolute and relative), a FIFO, a unix socket, a sparse file, a name
+// with a newline. It returns a cleanup closing the socket.
+func plantJunk(t *testing.T, dir, victim string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(dir, "plain"), []byte("plain\n"), 0o644))
+	must(os.Symlink(victim, filepath.Join(dir, "abs")))
+	must(os.Symlink(strings.Repeat("../", 32)+strings.TrimPrefix(victim, "/"), filepath.Join(dir, "rel")))
+	must(os.Symlink(filepath.Join(victim, "secret"), filepath.Join(dir, "secretlink")))
+	must(syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
+	f, err := os.Create(filepath.Join(dir, "sparse"))
+	must(err)
+	must(f.Truncate(2 << 30))
+	f.Close()
+	must(os.WriteFile(filepath.Join(dir, "new\nline"), []byte("nl\n"), 0o644))
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "sock"), Net: "unix"})
+	must(err)
+	l.SetUnlinkOnClose(false)
+	t.Cleanup(func() { l.Close() })
+}
+
+// krunbox cp of a host tree holding links out of it, a FIFO, a socket: the
+// links are copied as links, nothing is read through them, nothing blocks.
+func testCopyInLinks(t *testing.T, e *env, victim string) {
+	ws := workspace(t)
+	src := filepath.Join(ws, "tree")
+	plantJunk(t, src, victim)
+	if err := os.Remove(filepath.Join(src, "sparse")); err != nil { // 2 GiB through the agent: not this test's point
+		t.Fatal(err)
+	}
+	e.started("c", "--workspace", ws)
+	if r, _ := e.within(time.Minute, "cp", src, "c:/tmp/in"); r.code != 0 {
+		t.Logf("cp of a tree with FIFOs and sockets: %s", r)
+	}
+	out := e.krunbox("exec", "c", "sh", "-c", "cd /tmp/in && for f in abs rel secretlink; do test -L $f && echo $f link; done; cat plain; grep -r victim . 2>/dev/null; true")
+	if want := "abs link\nrel link\nsecretlink link\nplain\n"; out.stdout != want {
+		t.Errorf("copied into the guest:\n%s\nwant:\n%s", out.stdout, want)
+	}
+}
+
+// krunbox cp out of the guest into a host directory in which the guest
+// made links: nothing is written through them.
+func testCopyOutLinks(t *testing.T, e *env, victim string) {
+	ws := workspace(t)
+	e.started("o", "--workspace", ws)
+	e.ok("exec", "o", "sh", "-c", strings.Join([]string{
+		"mkdir -p /src/sub " + ws + "/dst",
+		"echo pwned > /src/secret; echo pwned > /src/sub/authorized_keys; echo pwned > /src/agent.json",
+		"ln -s " + victim + " " + ws + "/out",
+		"ln -s " + victim + " " + ws + "/dst/src",
+		"ln -s " + victim + "/.ssh " + ws + "/dst/sub",
+		"ln -s " + victim + "/secret " + ws + "/dst/secret",
+	}, " && "))
+	for _, args := range [][]string{
+		{"cp", "o:/src/secret", ws + "/out/"},
+		{"cp", "o:/src/secret", ws + "/out"},
+		{"cp", "o:/src", ws + "/out"},
+		{"cp", "o:/src", ws + "/dst"},
+		{"cp", "o:/src/.", ws + "/dst/src"},
+		{"cp", "o:/src/secret", ws + "/dst/secret"},
+	} {
+		e.within(time.Minute, args...)
+	}
+}
+
+// An image whose configuration holds an environment entry without "=":
+// the sandbox gets its workspace and the image's user anyway, or is
+// refused; never started silently without them.
+func testBadImageEnv(t *testing.T, e *env, victim string) {
+	img := derivedImage(t, nil, func(c *testimage.Config) {
+		c.Env = append(c.Env, "NOEQ")
+		c.User = "65534"
+	})
+	ws := workspace(t)
+	if err := os.Chmod(ws, 0o777); err != nil { // for the image's user
+		t.Fatal(err)
+	}
+	r, _ := e.within(2*time.Minute, "run", "--rm", "--workspace", ws, img, "--", "sh", "-c", "id -u > "+ws+"/uid")
+	if r.code == 125 {
+		if !strings.Contains(r.stderr, "NOEQ") {
+			t.Errorf("a refused image does not say which entry: %s", r)
+		}
+		return
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "uid")); err != nil || string(b) != "65534\n" {
+		t.Errorf("with an env entry NOEQ in the image, the guest's workspace write gave %q, %v (want the image's user 65534, through the workspace)", b, err)
+	}
+}
+
+// krunbox's configuration directory is a link to a directory that does
+// not exist yet: a workspace holding where it points is refused.
+func testOwnDirBehindLink(t *testing.T, e *env, victim string) {
+	elsewhere := workspace(t)
+	if err := os.Symlink(filepath.Join(elsewhere, "config"), filepath.Join(e.home, "config")); err != nil {
+		t.Fatal(err)
+	}
+	e.pull()
+	r, _ := e.within(time.Minute, "create", "--name", "w", "--workspace", elsewhere, image)
+	if r.code == 0 {
+		t.Errorf("a workspace holding krunbox's configuration directory (behind a link, not made yet) was accepted: %s", r)
+	}
+}
+
+// A workspace whose .git is a 2 GiB sparse file or a FIFO: create and start
+// neither hang nor read it whole.
+func testHostileGitFiles(t *testing.T, e *env, victim string) {
+	e.pull()
+	for i, plant := range []func(p string) error{
+		func(p string) error {
+			f, err := os.Create(p)
+			if err == nil {
+				err = f.Truncate(2 << 30)
+				f.Close()
+			}
+			return err
+		},
+		func(p string) error { return syscall.Mkfifo(p, 0o644) },
+		func(p string) error { return os.WriteFile(p, []byte("gitdir: "+victim+"\n"), 0o644) },
+	} {
+		ws := workspace(t)
+		if err := plant(filepath.Join(ws, ".git")); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("git%d", i)
+		r, rss := e.within(time.Minute, "create", "--name", name, "--workspace", ws, image)
+		if rss > 256<<20 {
+			t.Errorf("create with a hostile .git used %d MiB", rss>>20)
+		}
+		if r.code != 0 {
+			continue
+		}
+		r, rss = e.within(2*time.Minute, "start", name)
+		if rss > 256<<20 {
+			t.Errorf("start with a hostile .git used %d MiB", rss>>20)
+		}
+		if r.code == 0 {
+			if out := e.krunbox("exec", name, "ls", victim); out.code == 0 {
+				t.Errorf("the guest sees %s through the workspace's .git: %s", victim, out.stdout)
+			}
+		}
+	}
+}
+
+// krunbox export as root of an image holding a set-id root file.
+func testExportSetID(t *testing.T, e *env, victim string) {
+	if os.Geteuid() != 0 {
+		t.Skip("export keeps owners, and so set-id bits, only as root")
+	}
+	img := derivedImage(t, []testimage.Entry{testimage.File("usr/bin/su-pwn", "#!/bin/sh\n", 0o6755, testimage.Owner(0, 0))}, nil)
+	e.ok("pull", img)
+	dst := filepath.Join(t.TempDir(), "rootfs")
+	e.ok("export", img, dst)
+	fi, err := os.Stat(filepath.Join(dst, "usr/bin/su-pwn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
+		t.Errorf("exported set-id root file has mode %v", fi.Mode())
+	}
+	dst2 := filepath.Join(t.TempDir(), "rootfs")
+	e.ok("export", "--keep-setid", img, dst2)
+	if fi, err := os.Stat(filepath.Join(dst2, "usr/bin/su-pwn")); err != nil || fi.Mode()&fs.ModeSetuid == 0 {
+		t.Errorf("export --keep-setid: %v, %v", fi.Mode(), err)
+	}
+}
+
+// Junk in the workspace and the root, planted by the guest and by the
+// repository, through every host-side operation on the sandbox: stop,
+// start, logs, cp both ways, rm. Nothing hangs, nothing outside is
+// touched, rm leaves the workspace alone.
+func testJunkEverywhere(t *testing.T, e *env, victim string) {
+	ws := workspace(t)
+	plantJunk(t, filepath.Join(ws, "junk"), victim)
+	e.started("j", "--workspace", ws)
+	e.ok("exec", "j", "sh", "-c", strings.Join([]string{
+		"mkdir -p /junk " + ws + "/gjunk",
+		"for d in /junk " + ws + "/gjunk; do ln -s " + victim + " $d/abs; ln -s ../../../../../../.." + victim + " $d/rel; mkfifo $d/fifo; truncate -s 2G $d/sparse; echo nl > \"$d/new\nline\"; ln $d/sparse $d/hard; done",
+		"ln -s " + victim + " /victim-link",
+		"printf 'console junk \\033[2J\\n' > /dev/console || true",
+	}, " && "))
+	steps := [][]string{
+		{"stop", "j"},
+		{"start", "j"},
+		{"logs", "j"},
+		{"cp", "j:/junk/abs", filepath.Join(t.TempDir(), "out")},
+		{"cp", "j:" + ws + "/gjunk/new\nline", filepath.Join(t.TempDir(), "nl")},
+		{"cp", filepath.Join(ws, "gjunk", "abs"), "j:/tmp/abs"},
+		{"inspect", "j"},
+		{"ls"},
+		{"rm", "-f", "j"},
+	}
+	for _, args := range steps {
+		e.within(2*time.Minute, args...)
+	}
+	for _, p := range []string{"junk/abs", "junk/fifo", "gjunk/abs", "gjunk/sparse"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); err != nil {
+			t.Errorf("after rm, the workspace's %s: %v", p, err)
+		}
+	}
+}
