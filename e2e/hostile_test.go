@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -45,6 +47,7 @@ var hostileCases = []hostileCase{
 	{"HugeAndBlockingGitFiles", testHostileGitFiles},
 	{"ExportDropsSetID", testExportSetID},
 	{"JunkEverywhere", testJunkEverywhere},
+	{"ServeProjectImageAndJunk", testServeHostile},
 }
 
 // testHostBoundary runs every hostile case.
@@ -502,6 +505,131 @@ func testJunkEverywhere(t *testing.T, e *env, victim string) {
 	for _, p := range []string{"junk/abs", "junk/fifo", "gjunk/abs", "gjunk/sparse"} {
 		if _, err := os.Lstat(filepath.Join(ws, p)); err != nil {
 			t.Errorf("after rm, the workspace's %s: %v", p, err)
+		}
+	}
+}
+
+// serveSession is a krunbox serve --stdio a test talks JSON-RPC to.
+type serveSession struct {
+	t    *testing.T
+	in   *json.Encoder
+	out  chan map[string]any
+	next int
+}
+
+// serve starts krunbox serve --stdio in dir, stopped when the test ends.
+func (e *env) serve(t *testing.T, dir string) *serveSession {
+	t.Helper()
+	cmd := e.command("serve", "--stdio")
+	cmd.Dir = dir
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := startCmd(t, cmd)
+	t.Cleanup(func() {
+		stdin.Close()
+		exitOf(t, done, time.Minute, "krunbox serve")
+	})
+	s := &serveSession{t: t, in: json.NewEncoder(stdin), out: make(chan map[string]any, 64)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 64<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				s.out <- m
+			}
+		}
+		close(s.out)
+	}()
+	return s
+}
+
+// call sends a request and returns its response's result or error,
+// skipping notifications, within d.
+func (s *serveSession) call(d time.Duration, method string, params any) (result, rpcErr map[string]any) {
+	s.t.Helper()
+	s.next++
+	id := s.next
+	if err := s.in.Encode(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
+		s.t.Fatalf("%s: %v", method, err)
+	}
+	deadline := time.After(d)
+	for {
+		select {
+		case m, ok := <-s.out:
+			if !ok {
+				s.t.Fatalf("%s: krunbox serve exited", method)
+			}
+			if got, _ := m["id"].(float64); int(got) != id {
+				continue
+			}
+			r, _ := m["result"].(map[string]any)
+			er, _ := m["error"].(map[string]any)
+			return r, er
+		case <-deadline:
+			s.t.Fatalf("%s: no answer within %v", method, d)
+		}
+	}
+}
+
+// A project (the pi extension's workspace) naming, as its image, an OCI
+// layout of its own with /.krunbox -> victim, relative to the project; then
+// a project whose .git is a FIFO and that holds junk, through serve's calls.
+func testServeHostile(t *testing.T, e *env, victim string) {
+	ws := workspace(t)
+	img := derivedImage(t, []testimage.Entry{testimage.Symlink(".krunbox", victim)}, nil)
+	layoutDir := strings.TrimSuffix(strings.TrimPrefix(img, "oci:"), ":latest")
+	if err := os.Rename(layoutDir, filepath.Join(ws, "img")); err != nil {
+		t.Fatal(err)
+	}
+	s := e.serve(t, ws)
+	if _, rpcErr := s.call(10*time.Second, "initialize", map[string]any{"protocolVersion": 1}); rpcErr != nil {
+		t.Fatalf("initialize: %v", rpcErr)
+	}
+	_, rpcErr := s.call(2*time.Minute, "sandbox.ensure", map[string]any{
+		"name": "repo-image", "workspace": ws, "config": map[string]any{"image": "oci:img:latest", "cpus": 1},
+	})
+	if rpcErr == nil {
+		t.Errorf("serve started a sandbox from an image inside the project, named by a relative oci: path")
+	}
+
+	plantJunk(t, filepath.Join(ws, "junk"), victim)
+	if err := syscall.Mkfifo(filepath.Join(ws, ".git"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.pull()
+	res, rpcErr := s.call(2*time.Minute, "sandbox.ensure", map[string]any{
+		"name": "junk", "workspace": ws, "config": map[string]any{"image": image, "cpus": 1},
+	})
+	if rpcErr != nil {
+		t.Logf("sandbox.ensure of a project with a FIFO .git: %v", rpcErr)
+		return
+	}
+	if res["state"] != "ready" {
+		t.Fatalf("sandbox.ensure: %v", res)
+	}
+	for _, c := range []struct {
+		method string
+		params map[string]any
+	}{
+		{"fs.readFile", map[string]any{"path": ws + "/junk/abs/secret"}},
+		{"fs.readFile", map[string]any{"path": ws + "/junk/fifo"}},
+		{"fs.readFile", map[string]any{"path": ws + "/junk/sparse", "offset": 1 << 30}},
+		{"fs.writeFile", map[string]any{"path": ws + "/junk/abs/pwned", "data": "cHduZWQ="}},
+		{"fs.writeFile", map[string]any{"path": ws + "/junk/secretlink", "data": "cHduZWQ="}},
+		{"fs.readDir", map[string]any{"path": ws + "/junk/abs"}},
+		{"fs.stat", map[string]any{"path": ws + "/junk/sparse"}},
+	} {
+		c.params["sandbox"] = "junk"
+		res, rpcErr := s.call(time.Minute, c.method, c.params)
+		if rpcErr == nil && c.method == "fs.readFile" && res["data"] == "dGhlIHZpY3RpbSdzIHNlY3JldAo=" {
+			t.Errorf("%s %v read the victim: %v", c.method, c.params["path"], res)
 		}
 	}
 }
