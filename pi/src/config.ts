@@ -3,7 +3,7 @@
 // the repository, so unless pi (or the user) trusts the project it may only narrow what
 // the sandbox can reach, never widen it.
 
-import { readFileSync } from "node:fs";
+import { closeSync, constants as fsc, fstatSync, openSync, readSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { parse as parseToml } from "smol-toml";
@@ -220,11 +220,34 @@ export function parseLayer(doc: Record<string, unknown>, origin: string, warning
   return layer as Layer;
 }
 
+/** The largest configuration file read: a project's file comes from the repository. */
+export const MAX_CONFIG_BYTES = 1 << 20;
+
+/**
+ * Read a configuration file that a repository may have planted: opened without blocking (a
+ * FIFO would hang pi forever), refused unless it is a regular file, and bounded in size.
+ */
+export function readBoundedFile(file: string, max = MAX_CONFIG_BYTES): string {
+  const fd = openSync(file, fsc.O_RDONLY | fsc.O_NONBLOCK | fsc.O_NOCTTY);
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw new Error(`not a regular file`);
+    if (st.size > max) throw new Error(`${st.size} bytes, more than the ${max} read`);
+    const buf = Buffer.alloc(max + 1);
+    let n = 0;
+    for (let r; n < buf.length && (r = readSync(fd, buf, n, buf.length - n, null)) > 0; ) n += r;
+    if (n > max) throw new Error(`more than the ${max} bytes read`);
+    return buf.subarray(0, n).toString("utf8");
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** Read and check a TOML file; a missing file is an empty layer. */
 export function readLayerFile(file: string, origin: string, warnings: string[]): Layer {
   let text: string;
   try {
-    text = readFileSync(file, "utf8");
+    text = readBoundedFile(file);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return {};
     throw new ConfigError(`${origin}: cannot read: ${(err as Error).message}`);

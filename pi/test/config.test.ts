@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
@@ -88,6 +89,19 @@ describe("config layering", () => {
     assert.throws(() => load(), /want an absolute path/);
     files(``, `shell = "bash"\n`);
     assert.throws(() => load(), /shell: want "auto" or an absolute guest path/);
+  });
+
+  test("a hostile project file is refused without blocking or reading it whole", () => {
+    const project = path.join(ws, ".pi", "krunbox.toml");
+    execFileSync("mkfifo", [project]); // readFileSync would block here forever
+    assert.throws(() => load(), (e: Error) => e instanceof ConfigError && /not a regular file/.test(e.message));
+    rmSync(project);
+    writeFileSync(project, "");
+    truncateSync(project, 2 ** 31);
+    assert.throws(() => load(), /2147483648 bytes, more than the 1048576 read/);
+    rmSync(project);
+    symlinkSync("/dev/zero", project);
+    assert.throws(() => load(), /not a regular file/);
   });
 
   test("unknown keys are warnings", () => {
