@@ -42,9 +42,9 @@ func TestPlantedKrunboxLinkIsReplaced(t *testing.T) {
 		legacy  bool // libkrun without overlay files (1.17, 1.18)
 	}{
 		{"plain root", false, false},
-		{"plain root, libkrun without overlay files", false, true},
+		{"plain root on libkrun without overlay files", false, true},
 		{"overlay root", true, false},
-		{"overlay root, libkrun without overlay files", true, true},
+		{"overlay root on libkrun without overlay files", true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			skipIfReal(t)
