@@ -176,6 +176,10 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	imgCfg, err := checkImageConfig(img.Name, img.Config, h.log)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
 	rec := &record{
 		Version: recordVersion,
 		Created: time.Now().UTC(),
@@ -187,7 +191,7 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 			Name:     img.Name,
 			Digest:   img.Digest.String(),
 			Platform: img.Platform.String(),
-			Config:   img.Config,
+			Config:   imgCfg,
 		},
 	}
 	if err := os.MkdirAll(h.dirs.Sandboxes(), 0o700); err != nil {
