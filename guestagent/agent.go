@@ -33,9 +33,6 @@ type Options struct {
 	// Sync syncs the file systems at shutdown: true in a VM, where the VM
 	// stops right after; pointless (and slow) for a process on a host.
 	Sync bool
-	// Warnings are problems met before New (a bad config file), reported
-	// in every hello.
-	Warnings []string
 	// Logger receives the agent's log; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -95,7 +92,6 @@ func New(opts Options) (*Agent, error) {
 		version:    opts.Version,
 		log:        log,
 		reaper:     r,
-		warnings:   append([]string(nil), opts.Warnings...),
 		lastActive: time.Now(),
 		conns:      make(map[*conn]struct{}),
 		done:       make(chan struct{}),

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/oci"
 )
@@ -141,8 +142,8 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("memory %d MiB: want at least 128 MiB", c.MemoryMiB))
 	}
 	for _, e := range c.Env {
-		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-			errs = append(errs, fmt.Errorf("env entry %q: want KEY=VALUE", e))
+		if err := protocol.CheckEnv(e); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	switch c.Network {

@@ -141,7 +141,10 @@ func (h *Host) Preflight(ctx context.Context) error {
 // the image as cfg.PullPolicy says and records the sandbox, without
 // starting it. It costs no copy of the image: an overlay root is a
 // writable layer over the cached, shared image tree, and a copied root is
-// made at the sandbox's first start.
+// made at the sandbox's first start. Of the image's config, an Env entry
+// that is not KEY=VALUE (or holds a NUL) and a WorkingDir that is not
+// absolute are dropped with a logged warning; a User holding control
+// characters is an error.
 func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -176,6 +179,10 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	imgCfg, err := checkImageConfig(img.Name, img.Config, h.log)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
 	rec := &record{
 		Version: recordVersion,
 		Created: time.Now().UTC(),
@@ -187,7 +194,7 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 			Name:     img.Name,
 			Digest:   img.Digest.String(),
 			Platform: img.Platform.String(),
-			Config:   img.Config,
+			Config:   imgCfg,
 		},
 	}
 	if err := os.MkdirAll(h.dirs.Sandboxes(), 0o700); err != nil {

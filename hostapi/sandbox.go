@@ -446,6 +446,12 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
 		ac.Mounts = append(ac.Mounts, protocol.Mount{Tag: tag, Path: m.GuestPath, ReadOnly: m.ReadOnly})
 	}
+	// The agent refuses a config it cannot use; say why here rather than
+	// by a VM that stops (records made before Create checked the image's
+	// config may hold what it refuses).
+	if err := ac.Validate(); err != nil {
+		return nil, fmt.Errorf("the guest agent cannot use this configuration (recreate the sandbox): %w", err)
+	}
 	acData, err := json.Marshal(&ac)
 	if err != nil {
 		return nil, err

@@ -60,13 +60,19 @@ func run(args []string, started time.Duration) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("agent", version)
 
-	var warnings []string
+	// The agent serves with the config it was given or not at all: one it
+	// cannot use (a bad env entry, a relative path) would leave the guest
+	// without its mounts, its user or its idle timeout while the host
+	// believed it started as configured. Exiting stops the VM, and the
+	// message, on the console, is what the host's start reports.
 	cfg, err := protocol.ReadConfig(*configPath)
 	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			warnings = append(warnings, err.Error())
+		given := false
+		fl.Visit(func(f *flag.Flag) { given = given || f.Name == "config" })
+		if given || !errors.Is(err, fs.ErrNotExist) {
+			return err
 		}
-		log.Warn("using the default configuration", "err", err)
+		log.Info("no configuration file: using the defaults", "file", *configPath)
 		cfg = &protocol.Config{}
 	}
 
@@ -75,13 +81,12 @@ func run(args []string, started time.Duration) error {
 		return err
 	}
 	a, err := guestagent.New(guestagent.Options{
-		Config:   cfg,
-		Version:  version,
-		Started:  started,
-		Setup:    network == "vsock" || cfg.SetupOutsideVM,
-		Sync:     network == "vsock",
-		Warnings: warnings,
-		Logger:   log,
+		Config:  cfg,
+		Version: version,
+		Started: started,
+		Setup:   network == "vsock" || cfg.SetupOutsideVM,
+		Sync:    network == "vsock",
+		Logger:  log,
 	})
 	if err != nil {
 		return err

@@ -3,11 +3,14 @@
 package main
 
 import (
+	"context"
 	"debug/elf"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
@@ -64,16 +67,51 @@ func TestBadFlagsAndVersion(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) == "" {
 		t.Errorf("--version: %q, %v", out, err)
 	}
-	out, err = exec.Command(agenttest.Binary(), "--config", "/nonexistent", "--listen", "tcp:1").CombinedOutput()
+	config := filepath.Join(t.TempDir(), "agent.json")
+	if err := os.WriteFile(config, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(agenttest.Binary(), "--config", config, "--listen", "tcp:1").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "unix:PATH or vsock:PORT") {
 		t.Errorf("bad --listen: %q, %v", out, err)
 	}
 }
 
-func TestBadConfigIsReportedInHello(t *testing.T) {
-	a := agenttest.Start(t, nil, agenttest.WithConfigJSON([]byte(`{"workdir": "relative"}`)))
-	_, r := a.Hello(t, 1, 1)
-	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "workdir") || !strings.Contains(r.Warnings[0], "agent.json") {
-		t.Fatalf("warnings %q, want the config error", r.Warnings)
+// A config the agent cannot use is never replaced by another: the agent
+// exits saying why (in a VM, on the console, which the host's start
+// reports), rather than serve without the mounts, user and idle timeout it
+// was given.
+func TestBadConfigIsRefused(t *testing.T) {
+	for _, tt := range []struct {
+		name, config, want string
+	}{
+		{"env entry without =", `{"env": ["PATH=/bin", "NOEQ"], "user": "nobody"}`, `"NOEQ" is not KEY=VALUE`},
+		{"env entry with NUL", `{"env": ["A=b\u0000c"]}`, "NUL"},
+		{"relative workdir", `{"workdir": "relative"}`, "workdir"},
+		{"not JSON", `{"env": [`, "agent.json"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			config := filepath.Join(dir, "agent.json")
+			if err := os.WriteFile(config, []byte(tt.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, agenttest.Binary(), "--config", config, "--listen", "unix:"+filepath.Join(dir, "s")).CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("the agent served with a config it cannot use: %s", out)
+			}
+			if err == nil || !strings.Contains(string(out), tt.want) || !strings.Contains(string(out), config) {
+				t.Fatalf("agent: %v, %q; want it to exit saying %q about %s", err, out, tt.want, config)
+			}
+		})
 	}
+	t.Run("missing file given with --config", func(t *testing.T) {
+		missing := filepath.Join(t.TempDir(), "agent.json")
+		out, err := exec.Command(agenttest.Binary(), "--config", missing, "--listen", "unix:"+filepath.Join(t.TempDir(), "s")).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), missing) {
+			t.Fatalf("agent: %v, %q; want it to exit naming %s", err, out, missing)
+		}
+	})
 }

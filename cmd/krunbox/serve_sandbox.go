@@ -79,7 +79,11 @@ type mountParams struct {
 }
 
 type configParams struct {
-	Image          string            `json:"image"`
+	Image string `json:"image"`
+	// ImageTrusted says the image comes from the user (their own
+	// configuration, environment or flags), not from a project's file:
+	// only then may it be a local source.
+	ImageTrusted   bool              `json:"imageTrusted"`
 	Pull           string            `json:"pull"`
 	CPUs           *int              `json:"cpus"`
 	MemoryMiB      *int              `json:"memoryMiB"`
@@ -142,6 +146,9 @@ func parseEnsure(raw json.RawMessage) (*ensureRequest, error) {
 	if cfg.Image == "" {
 		return nil, invalid("config.image: required")
 	}
+	if err := checkLocalImage(c.Image, c.ImageTrusted); err != nil {
+		return nil, invalid("config.image: %v", err)
+	}
 	switch c.Pull {
 	case "", "missing":
 		cfg.PullPolicy = oci.PullIfMissing
@@ -196,6 +203,31 @@ func parseEnsure(raw json.RawMessage) (*ensureRequest, error) {
 	}
 	req.cfg = cfg
 	return req, nil
+}
+
+// checkLocalImage refuses a local image source (oci:, docker-archive:)
+// that the client did not mark as the user's own choice: a repository's
+// configuration file may name a registry image only, never a layout or
+// tarball it ships, nor any other path on the host. It also refuses a
+// local source with a relative path, which serve would resolve against its
+// working directory, the workspace: the client makes it absolute.
+func checkLocalImage(ref string, trusted bool) error {
+	var rest string
+	switch {
+	case strings.HasPrefix(ref, oci.LayoutPrefix):
+		rest = strings.TrimPrefix(ref, oci.LayoutPrefix)
+	case strings.HasPrefix(ref, oci.ArchivePrefix):
+		rest = strings.TrimPrefix(ref, oci.ArchivePrefix)
+	default:
+		return nil
+	}
+	if !trusted {
+		return fmt.Errorf("%q is a local image source, which only the user's own configuration may name (imageTrusted); a project's configuration may name a registry image only", ref)
+	}
+	if p, _, _ := strings.Cut(rest, ":"); !filepath.IsAbs(p) {
+		return fmt.Errorf("%q: a local image's path must be absolute (serve never resolves it against its working directory, the workspace)", ref)
+	}
+	return nil
 }
 
 // envList turns an environment object into sorted KEY=VALUE entries.

@@ -289,7 +289,7 @@ func readySandbox(t *testing.T, name string, config map[string]any) (*serveEnv, 
 }
 
 func (e *serveEnv) ensureParams(name string, config map[string]any) map[string]any {
-	cfg := map[string]any{"image": e.image}
+	cfg := map[string]any{"image": e.image, "imageTrusted": true}
 	for k, v := range config {
 		cfg[k] = v
 	}
@@ -458,7 +458,7 @@ func TestServeImageErrors(t *testing.T) {
 	c.initialize()
 	bad := map[string]any{"name": "badref", "workspace": e.workspace, "config": map[string]any{"image": "UPPER/Case::x"}}
 	c.callErr("sandbox.ensure", bad, codeInvalidConfig)
-	missing := map[string]any{"name": "nolayout", "workspace": e.workspace, "config": map[string]any{"image": "oci:" + filepath.Join(e.home, "none") + ":latest"}}
+	missing := map[string]any{"name": "nolayout", "workspace": e.workspace, "config": map[string]any{"image": "oci:" + filepath.Join(e.home, "none") + ":latest", "imageTrusted": true}}
 	err := c.callErr("sandbox.ensure", missing, codeStartFailed)
 	if d, _ := json.Marshal(err.Data); !strings.Contains(string(d), `"hint":"check the image reference`) {
 		t.Errorf("an image that cannot be pulled: %s, data %s", err.Message, d)
@@ -508,6 +508,10 @@ func TestServeEnsureParams(t *testing.T) {
 		{"mount shadows /proc", ensure(map[string]any{"mounts": []any{map[string]any{"host": other, "guest": "/proc"}}}), codeInvalidConfig},
 		{"mount overlaps the workspace", ensure(map[string]any{"mounts": []any{map[string]any{"host": other, "guest": ws + "/x"}}}), codeInvalidConfig},
 		{"env name with =", ensure(map[string]any{"env": map[string]any{"A=B": "c"}}), codeInvalidConfig},
+		{"oci layout not the user's", ensure(map[string]any{"image": "oci:" + ws + "/img:latest"}), codeInvalidConfig},
+		{"docker archive not the user's", ensure(map[string]any{"image": "docker-archive:/tmp/img.tar", "imageTrusted": false}), codeInvalidConfig},
+		{"relative oci layout", ensure(map[string]any{"image": "oci:img:latest", "imageTrusted": true}), codeInvalidConfig},
+		{"relative docker archive", ensure(map[string]any{"image": "docker-archive:./img.tar", "imageTrusted": true}), codeInvalidConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -518,6 +522,12 @@ func TestServeEnsureParams(t *testing.T) {
 				t.Fatalf("parseEnsure: %+v, %v; want error %d", req, err, tt.code)
 			}
 		})
+	}
+	for _, image := range []string{"oci:" + other + ":latest", "docker-archive:" + other + "/img.tar:x:1"} {
+		raw, _ := json.Marshal(ensure(map[string]any{"image": image, "imageTrusted": true}))
+		if _, err := parseEnsure(raw); err != nil {
+			t.Errorf("the user's local image %s: %v", image, err)
+		}
 	}
 	raw, _ := json.Marshal(ensure(map[string]any{"mounts": []any{map[string]any{"host": other + "/", "readOnly": true}}, "env": map[string]any{"B": "2", "A": "1"}, "idleTimeoutSec": 60, "pull": "never"}))
 	req, err := parseEnsure(raw)
@@ -621,7 +631,7 @@ func TestServeSandboxLifecycle(t *testing.T) {
 	}
 
 	// Restart with recreate starts from the image, with the new config.
-	c.call("sandbox.restart", map[string]any{"name": name, "workspace": e.workspace, "config": map[string]any{"image": e.image, "network": "none"}, "recreate": true}, &st)
+	c.call("sandbox.restart", map[string]any{"name": name, "workspace": e.workspace, "config": map[string]any{"image": e.image, "imageTrusted": true, "network": "none"}, "recreate": true}, &st)
 	if st.State != stateReady || !*st.Created {
 		t.Errorf("restart with recreate: %+v", st)
 	}

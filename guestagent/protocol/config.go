@@ -76,9 +76,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, e := range c.Env {
-		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-			errs = append(errs, fmt.Errorf("env entry %q is not KEY=VALUE", e))
+		if err := CheckEnv(e); err != nil {
+			errs = append(errs, err)
 		}
+	}
+	if strings.ContainsRune(c.User, 0) {
+		errs = append(errs, fmt.Errorf("user %q holds a NUL byte", c.User))
 	}
 	if c.Workdir != "" && !path.IsAbs(c.Workdir) {
 		errs = append(errs, fmt.Errorf("workdir %q is not absolute", c.Workdir))
@@ -87,6 +90,18 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("negative idle timeout"))
 	}
 	return errors.Join(errs...)
+}
+
+// CheckEnv checks one environment entry: KEY=VALUE with a KEY, and no NUL
+// byte, which no process environment can hold.
+func CheckEnv(e string) error {
+	if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+		return fmt.Errorf("env entry %q is not KEY=VALUE", e)
+	}
+	if strings.ContainsRune(e, 0) {
+		return fmt.Errorf("env entry %q holds a NUL byte", e)
+	}
+	return nil
 }
 
 // ListenPort is the vsock port the agent listens on.

@@ -41,8 +41,10 @@ type HelloReply struct {
 	Boot BootTimes `json:"boot"`
 	// Mounts reports each configured mount and whether it succeeded.
 	Mounts []MountStatus `json:"mounts,omitempty"`
-	// Warnings are other problems met while starting (a bad config file,
-	// a hostname that could not be set), for the host to show the user.
+	// Warnings are other problems met while starting (a hostname that
+	// could not be set), for the host to show the user. A config the agent
+	// cannot use is no warning: the agent exits saying why (agents before
+	// this rule served with an empty config and reported it here).
 	Warnings []string `json:"warnings,omitempty"`
 	// Hostname, Arch (a GOARCH) and Kernel (uname release) describe the guest.
 	Hostname string `json:"hostname,omitempty"`

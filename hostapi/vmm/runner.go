@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/krunbox/krunbox/internal/atomicfile"
+	"github.com/krunbox/krunbox/internal/confine"
 	"github.com/krunbox/krunbox/krun"
 )
 
@@ -230,12 +232,30 @@ func cmpOr(v, def uint32) uint32 {
 // overlay directories), leaving the root untouched; the others, and all of
 // them when the library has no overlay files, are written into the
 // writable root.
+//
+// The root is the image's and the guest's to shape: a symlink at
+// /.krunbox, planted by an image layer or by the guest before this start,
+// must not lead the runner's writes (or its check of the image) anywhere
+// on the host. So the image tree is looked at and the root written below
+// an [os.Root] of each, through package confine: the directories of
+// spec.Files are krunbox's, and anything else in their place is replaced.
 func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 	overlay := lib.Has("krun_fs_add_overlay_file") && lib.Has("krun_fs_add_overlay_dir")
-	lower := spec.Root.Path()
+	lowerDir := spec.Root.Path()
 	if spec.Root.IsOverlay() {
-		lower = spec.Root.Lower
+		lowerDir = spec.Root.Lower
 	}
+	lower, err := os.OpenRoot(lowerDir)
+	if err != nil {
+		return fmt.Errorf("open the image tree: %w", err)
+	}
+	defer lower.Close()
+	var root *os.Root // opened at the first file written into it
+	defer func() {
+		if root != nil {
+			root.Close()
+		}
+	}()
 	dirs := map[string]bool{}
 	for _, f := range spec.Files {
 		data := f.Data
@@ -245,9 +265,9 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 				return fmt.Errorf("file %s: %w", f.Path, err)
 			}
 		}
-		rel := strings.TrimPrefix(f.Path, "/")
+		rel := strings.TrimPrefix(path.Clean(f.Path), "/")
 		top, _, nested := strings.Cut(rel, "/")
-		_, statErr := os.Lstat(filepath.Join(lower, top))
+		_, statErr := lower.Lstat(top)
 		if overlay && (!nested || errors.Is(statErr, fs.ErrNotExist)) {
 			parts := strings.Split(rel, "/")
 			for i := 1; i < len(parts); i++ {
@@ -265,11 +285,15 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 			}
 			continue
 		}
-		dst := filepath.Join(spec.Root.Path(), rel)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		if root == nil {
+			if root, err = os.OpenRoot(spec.Root.Path()); err != nil {
+				return fmt.Errorf("open the root: %w", err)
+			}
+		}
+		if err := confine.MkdirAll(root, path.Dir(rel), 0o755, true); err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
 		}
-		if err := atomicfile.Write(dst, data, f.Mode.Perm()); err != nil {
+		if err := confine.WriteFile(root, rel, data, f.Mode.Perm()); err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
 		}
 	}

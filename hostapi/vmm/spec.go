@@ -153,7 +153,9 @@ type PortMapping struct {
 	Guest uint16 `json:"guest"`
 }
 
-// File is a file placed into the guest.
+// File is a file placed into the guest. Its directories are krunbox's:
+// when it is written into the root, anything in their place that is not a
+// directory (a symlink the image or the guest planted) is replaced.
 type File struct {
 	// Path is the absolute path in the guest, such as
 	// "/.krunbox/krunbox-agent".

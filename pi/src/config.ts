@@ -137,6 +137,12 @@ export interface LoadedConfig {
   projectFile: string;
   /** Whether the project file was applied as trusted. */
   projectTrusted: boolean;
+  /**
+   * Whether the image comes from the user: the default, their file, environment or flags,
+   * or a trusted project's file. krunbox serve takes a local image source (oci:,
+   * docker-archive:) only then.
+   */
+  imageTrusted: boolean;
   /** Why, in words. */
   trustNote: string;
 }
@@ -145,6 +151,30 @@ function expandHome(p: string): string {
   if (p === "~") return os.homedir();
   if (p.startsWith("~/")) return path.join(os.homedir(), p.slice(2));
   return p;
+}
+
+/** Prefixes of the image references that name a local source rather than a registry. */
+export const LOCAL_IMAGE_PREFIXES = ["oci:", "docker-archive:"] as const;
+
+/** Whether an image reference names a local source: an OCI layout or a docker-archive tarball. */
+export function isLocalImage(ref: string): boolean {
+  return LOCAL_IMAGE_PREFIXES.some((p) => ref.startsWith(p));
+}
+
+/**
+ * A local image reference with its PATH made absolute against base (the directory of the
+ * file that names it, or the directory pi started in for the environment and flags), so
+ * that krunbox serve, which refuses relative ones, never resolves it against the
+ * workspace. Other references are returned as they are. PATH ends at the first ':'.
+ */
+export function absoluteImage(ref: string, base: string): string {
+  const prefix = LOCAL_IMAGE_PREFIXES.find((p) => ref.startsWith(p));
+  if (!prefix) return ref;
+  const rest = ref.slice(prefix.length);
+  const i = rest.indexOf(":");
+  const p = i < 0 ? rest : rest.slice(0, i);
+  if (p === "" || path.isAbsolute(p)) return ref;
+  return prefix + path.resolve(base, expandHome(p)) + (i < 0 ? "" : rest.slice(i));
 }
 
 function checkValue(key: ConfigKey, value: unknown, origin: string): unknown {
@@ -362,6 +392,10 @@ export function narrowProject(base: KrunboxConfig, project: Layer, origin: strin
       case "trusted_projects":
         warnings.push(`${origin}: trusted_projects is only read from your user file (ignored)`);
         break;
+      case "image":
+        if (isLocalImage(v as string)) refuse(`image = ${JSON.stringify(v)}`, "is a local image source (oci:, docker-archive:), which only your own file, environment or flags may name");
+        else out.image = v;
+        break;
       default:
         (out as Record<string, unknown>)[k] = v;
     }
@@ -384,6 +418,8 @@ export interface LoadOptions {
   piTrustsProject?: boolean;
   /** How pi's trust was judged, for /krunbox config. */
   trustNote?: string;
+  /** The directory pi started in: the base of a relative local image path in the environment or a flag. Default: process.cwd(). */
+  cwd?: string;
 }
 
 /** Load the layered configuration. Throws ConfigError on an unusable value. */
@@ -401,7 +437,10 @@ export function loadConfig(opts: LoadOptions): LoadedConfig {
     }
   };
 
-  const user = readLayerFile(userFile, `user ${userFile}`, warnings);
+  // A relative local image path is resolved against the directory of the file naming it.
+  const withAbsoluteImage = (layer: Layer, base: string): Layer => (layer.image ? { ...layer, image: absoluteImage(layer.image, base) } : layer);
+
+  const user = withAbsoluteImage(readLayerFile(userFile, `user ${userFile}`, warnings), path.dirname(userFile));
   apply(user, () => `user ${userFile}`);
 
   const trustedByUser = isTrustedByUser(opts.workspace, config.trusted_projects);
@@ -413,13 +452,14 @@ export function loadConfig(opts: LoadOptions): LoadedConfig {
       warnings.push(`${projectOrigin}: trusted_projects is only read from your user file (ignored)`);
       delete project.trusted_projects;
     }
-    apply(project, () => projectOrigin);
+    apply(withAbsoluteImage(project, path.dirname(projectFile)), () => projectOrigin);
   } else {
     apply(narrowProject(config, project, projectOrigin, warnings), () => projectOrigin);
   }
 
+  const cwd = opts.cwd ?? process.cwd();
   const { layer: envValues, names } = envLayer(opts.env, warnings);
-  apply(envValues, (k) => `env ${names[k]}`);
+  apply(withAbsoluteImage(envValues, cwd), (k) => `env ${names[k]}`);
 
   const flags: Layer = {};
   const flagNames: Partial<Record<ConfigKey, string>> = {};
@@ -436,10 +476,11 @@ export function loadConfig(opts: LoadOptions): LoadedConfig {
     flags.enabled = false;
     flagNames.enabled = "--krunbox-off";
   }
-  apply(flags, (k) => `flag ${flagNames[k]}`);
+  apply(withAbsoluteImage(flags, cwd), (k) => `flag ${flagNames[k]}`);
 
   const trustNote = trustedByUser ? "listed in trusted_projects" : (opts.trustNote ?? (opts.piTrustsProject ? "pi: trusted" : "not trusted"));
-  return { config, sources, warnings, userFile, projectFile, projectTrusted, trustNote };
+  const imageTrusted = projectTrusted || !sources.image.startsWith("project ");
+  return { config, sources, warnings, userFile, projectFile, projectTrusted, imageTrusted, trustNote };
 }
 
 /** Render the effective configuration with the source of each value, for /krunbox config. */

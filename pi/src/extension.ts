@@ -174,6 +174,7 @@ export class KrunboxExtension {
         env: this.env,
         piTrustsProject,
         trustNote,
+        cwd: ctx.cwd,
         flags: {
           "krunbox-image": this.pi.getFlag("krunbox-image") as string | undefined,
           "krunbox-network": this.pi.getFlag("krunbox-network") as string | undefined,
@@ -200,12 +201,13 @@ export class KrunboxExtension {
     const loaded = this.loaded as LoadedConfig;
     const binary = this.binary as FoundBinary;
     if (this.ctrl) {
-      this.ctrl.setConfig(loaded.config);
+      this.ctrl.setConfig(loaded.config, loaded.imageTrusted);
     } else {
       this.ctrl = new SandboxController({
         name: sandboxName(this.workspace),
         workspace: this.workspace,
         config: loaded.config,
+        imageTrusted: loaded.imageTrusted,
         connect: () =>
           ServeClient.connect({ bin: binary.path, env: this.env, cwd: this.workspace }, { name: "pi-krunbox", version: VERSION }),
       });
@@ -544,7 +546,7 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
     }
     if (!this.ctrl) this.startSandbox();
     const ctrl = this.sandbox();
-    ctrl.setConfig((this.loaded as LoadedConfig).config);
+    ctrl.setConfig((this.loaded as LoadedConfig).config, (this.loaded as LoadedConfig).imageTrusted);
     this.lastNotified = undefined;
     this.say("krunbox: restarting the sandbox with the current configuration…");
     await ctrl.restart();

@@ -111,6 +111,12 @@ export type PullPolicy = "missing" | "always" | "never";
 /** `config` of sandbox.ensure and sandbox.restart. */
 export interface SandboxConfig {
   image: string;
+  /**
+   * The image comes from the user (their configuration, environment or flags, or a project
+   * they trust), not from an untrusted project's file: only then does serve take a local
+   * image source (oci:, docker-archive:).
+   */
+  imageTrusted?: boolean;
   pull?: PullPolicy;
   cpus?: number;
   memoryMiB?: number;

@@ -50,6 +50,8 @@ export interface SandboxOptions {
   name: string;
   workspace: string;
   config: KrunboxConfig;
+  /** Whether config.image comes from the user (LoadedConfig.imageTrusted). */
+  imageTrusted: boolean;
   /** Start a server and initialize it. */
   connect: () => Promise<ServeClient>;
 }
@@ -70,9 +72,10 @@ export function describeError(err: unknown): { reason: string; hint?: string } {
 }
 
 /** Translate the extension's configuration into sandbox.ensure's. */
-export function sandboxConfig(config: KrunboxConfig, workspace: string): SandboxConfig {
+export function sandboxConfig(config: KrunboxConfig, workspace: string, imageTrusted: boolean): SandboxConfig {
   return {
     image: config.image,
+    imageTrusted,
     pull: config.pull,
     cpus: config.cpus,
     memoryMiB: config.memory_mib,
@@ -97,6 +100,7 @@ export class SandboxController {
   readonly name: string;
   readonly workspace: string;
   private config: KrunboxConfig;
+  private imageTrusted: boolean;
   private readonly connect: () => Promise<ServeClient>;
   private current: State = { kind: "idle" };
   private client: ServeClient | undefined;
@@ -116,6 +120,7 @@ export class SandboxController {
     this.name = opts.name;
     this.workspace = opts.workspace;
     this.config = opts.config;
+    this.imageTrusted = opts.imageTrusted;
     this.connect = opts.connect;
   }
 
@@ -140,8 +145,9 @@ export class SandboxController {
   }
 
   /** Use another configuration from the next start on. */
-  setConfig(config: KrunboxConfig): void {
+  setConfig(config: KrunboxConfig, imageTrusted: boolean): void {
     this.config = config;
+    this.imageTrusted = imageTrusted;
   }
 
   /** Call fn on every state change; returns the unsubscribe function. */
@@ -194,7 +200,7 @@ export class SandboxController {
       const params = {
         name: this.name,
         workspace: this.workspace,
-        config: sandboxConfig(this.config, this.workspace),
+        config: sandboxConfig(this.config, this.workspace, this.imageTrusted),
         startTimeoutMs: this.config.start_timeout_sec * 1000,
         ...(method === "sandbox.restart" ? { recreate: true } : {}),
       };

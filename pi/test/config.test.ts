@@ -113,6 +113,33 @@ describe("config layering", () => {
   });
 });
 
+describe("local images", () => {
+  test("a relative path is made absolute against the file naming it, or pi's directory for env and flags", () => {
+    files(`image = "oci:images/base:latest"\n`);
+    let l = load();
+    assert.equal(l.config.image, `oci:${path.join(home, "config", "images", "base")}:latest`);
+    assert.equal(l.imageTrusted, true);
+    l = load({ env: { KRUNBOX_PI_IMAGE: "docker-archive:../x.tar:repo/img:1" }, cwd: "/home/me/src" });
+    assert.equal(l.config.image, "docker-archive:/home/me/x.tar:repo/img:1");
+    l = load({ flags: { "krunbox-image": "oci:lay" }, cwd: "/home/me" });
+    assert.equal(l.config.image, "oci:/home/me/lay");
+    assert.equal(l.imageTrusted, true);
+  });
+
+  test("absolute paths and registry references are kept as they are", () => {
+    for (const image of ["oci:/srv/img:latest", "docker-archive:/srv/x.tar", "alpine:3.20", "127.0.0.1:5000/img:tag"]) {
+      assert.equal(load({ flags: { "krunbox-image": image }, cwd: "/elsewhere" }).config.image, image);
+    }
+  });
+
+  test("a trusted project may name one, relative to its .pi directory", () => {
+    files(undefined, `image = "oci:../img"\n`);
+    const l = load({ piTrustsProject: true });
+    assert.equal(l.config.image, `oci:${path.join(ws, "img")}`);
+    assert.equal(l.imageTrusted, true);
+  });
+});
+
 describe("untrusted project files may narrow, not widen", () => {
   const user = `cpus = 4\nmemory_mib = 4096\npass_through_tools = ["todo", "web"]\nenv_passthrough = ["GOPATH", "TOKEN"]\n[[mounts]]\nhost = "/srv/cache"\n[[mounts]]\nhost = "/srv/data"\nguest = "/data"\n`;
 
@@ -178,6 +205,21 @@ describe("untrusted project files may narrow, not widen", () => {
   test("environment and flags (the user's) may widen again", () => {
     files(`network = "none"\n`);
     assert.equal(load({ env: { KRUNBOX_PI_NETWORK: "tsi" } }).config.network, "tsi");
+  });
+
+  test("a local image (oci:, docker-archive:) is refused; a registry image is kept", () => {
+    for (const image of ["oci:img:latest", "oci:./img", `oci:${ws}/img:latest`, "oci:/srv/img", "docker-archive:img.tar", "docker-archive:/tmp/x.tar:a:b"]) {
+      files(`image = "user/img"\n`, `image = ${JSON.stringify(image)}\n`);
+      const l = load();
+      assert.equal(l.config.image, "user/img", image);
+      assert.match(l.sources.image, /^user /, image);
+      assert.equal(l.imageTrusted, true, image);
+      assert.ok(l.warnings.some((w) => w.includes(image) && w.includes("local image source")), `a warning about ${image} in ${l.warnings}`);
+    }
+    files(`image = "user/img"\n`, `image = "ghcr.io/proj/img:1"\n`);
+    const l = load();
+    assert.equal(l.config.image, "ghcr.io/proj/img:1");
+    assert.equal(l.imageTrusted, false, "a project's image is not the user's, so serve refuses it if it is local");
   });
 
   test("describeConfig shows every key with its source and the warnings", () => {

@@ -76,9 +76,25 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
       ErrorCode.InvalidConfig,
     );
     assert.equal(
-      (await rpcRejection(c.request("sandbox.ensure", { name: "t-nows", workspace: path.join(env.root, "missing"), config: { image: IMAGE } }))).code,
+      (await rpcRejection(c.request("sandbox.ensure", { name: "t-nows", workspace: path.join(env.root, "missing"), config: { image: IMAGE, imageTrusted: true } }))).code,
       ErrorCode.InvalidConfig,
     );
+  });
+
+  test("sandbox.ensure takes a local image only from the user, and only by an absolute path", async () => {
+    const layout = path.join(env.workspace, "img");
+    for (const [what, config] of [
+      ["an oci layout not marked as the user's", { image: `oci:${layout}:latest`, imageTrusted: undefined }],
+      ["a docker archive not marked as the user's", { image: `docker-archive:${layout}.tar`, imageTrusted: false }],
+      ["a relative oci layout", { image: "oci:img:latest", imageTrusted: true }],
+      ["a relative docker archive", { image: "docker-archive:./img.tar", imageTrusted: true }],
+    ] as const) {
+      const err = await rpcRejection(c.request("sandbox.ensure", env.ensureParams("t-local", config)));
+      assert.equal(err.code, ErrorCode.InvalidConfig, `${what}: ${err.message}`);
+      assert.match(err.message, /config\.image/, what);
+    }
+    const st = await c.request<SandboxStatus>("sandbox.status", { name: "t-local" });
+    assert.equal(st.state, "absent", "a refused image must not create the sandbox");
   });
 
   test("sandbox.status of an absent sandbox is absent, not an error", async () => {

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { DEFAULTS, type KrunboxConfig } from "../src/config.ts";
 import { ServeClient } from "../src/rpc.ts";
-import { agentPingMs, SandboxController } from "../src/sandbox.ts";
+import { agentPingMs, SandboxController, sandboxConfig } from "../src/sandbox.ts";
 
 /** A server that answers initialize and sandbox.ensure, then nothing (its exec.start hangs). */
 function hangsAfterEnsure(): Promise<ServeClient> {
@@ -17,7 +17,7 @@ function hangsAfterEnsure(): Promise<ServeClient> {
 describe("SandboxController", () => {
   test("a server that stops answering after the start fails the start, not the image's shell", async () => {
     const config: KrunboxConfig = { ...structuredClone(DEFAULTS) as KrunboxConfig, call_timeout_sec: 1 };
-    const ctrl = new SandboxController({ name: "s", workspace: "/ws", config, connect: hangsAfterEnsure });
+    const ctrl = new SandboxController({ name: "s", workspace: "/ws", config, imageTrusted: true, connect: hangsAfterEnsure });
     try {
       const t0 = Date.now();
       await ctrl.start();
@@ -35,5 +35,14 @@ describe("agentPingMs", () => {
     assert.equal(agentPingMs(5000), 2500);
     assert.equal(agentPingMs(1000), 500);
     assert.equal(agentPingMs(150), 100);
+  });
+});
+
+describe("sandboxConfig", () => {
+  test("tells serve whether the image is the user's, which a local image needs", () => {
+    const config = { ...(structuredClone(DEFAULTS) as KrunboxConfig), image: "oci:/srv/img:latest" };
+    assert.equal(sandboxConfig(config, "/ws", true).imageTrusted, true);
+    assert.equal(sandboxConfig(config, "/ws", false).imageTrusted, false);
+    assert.equal(sandboxConfig(config, "/ws", true).image, "oci:/srv/img:latest");
   });
 });

@@ -55,7 +55,7 @@ export class ServeEnv {
   }
 
   ensureParams(name: string, config: object = {}): object {
-    return { name, workspace: this.workspace, config: { image: IMAGE, ...config } };
+    return { name, workspace: this.workspace, config: { image: IMAGE, imageTrusted: true, ...config } };
   }
 
   /** Remove the sandboxes (a real server's VMs outlive it) and the directories. */

@@ -157,6 +157,11 @@ async function parseEnsure(p: Record<string, unknown>): Promise<{ name: string; 
   const c = (p.config ?? {}) as Record<string, unknown>;
   if (typeof c !== "object") throw new ServeError(-32602, "config: want an object");
   if (typeof c.image !== "string" || !c.image) throw new ServeError(1012, "config.image: want an image reference");
+  const local = ["oci:", "docker-archive:"].find((prefix) => (c.image as string).startsWith(prefix));
+  if (local && c.imageTrusted !== true) throw new ServeError(1012, `config.image ${c.image}: a local image source, which only the user's own configuration may name`);
+  if (local && !path.isAbsolute((c.image as string).slice(local.length).split(":")[0])) {
+    throw new ServeError(1012, `config.image ${c.image}: a local image's path must be absolute`);
+  }
   const cpus = c.cpus ?? 2;
   if (!Number.isInteger(cpus) || (cpus as number) < 1) throw new ServeError(1012, `config.cpus ${cpus}: want an integer ≥ 1`);
   const memoryMiB = c.memoryMiB ?? 2048;
