@@ -7,9 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 func TestParseMount(t *testing.T) {
@@ -213,5 +216,88 @@ func TestDedupeWithin(t *testing.T) {
 	want := []string{"/a", "/ab", "/c"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("dedupeWithin = %v, want %v", got, want)
+	}
+}
+
+// TestGitDirsOutsideBoundedReads: the guest writes the workspace's .git
+// and, through the shared git directories, their records. A huge or
+// blocking file there costs the host neither memory nor a hung create or
+// start: it is refused (or ignored) at once.
+func TestGitDirsOutsideBoundedReads(t *testing.T) {
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	// A worktree git directory that leads back to the workspace, in a
+	// common directory that holds it: only the record under test is bad.
+	common := filepath.Join(base, "common")
+	gitdir := filepath.Join(common, "worktrees", "w")
+	mkdir(t, gitdir)
+	if err := os.WriteFile(filepath.Join(common, "HEAD"), []byte("ref: refs/heads/main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sparse := func(p string) {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(2 << 30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fifo := func(p string) {
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name    string
+		setup   func(ws string) // makes the workspace's .git and gitdir's records
+		wantErr error           // nil: ignored, no directory shared
+	}{
+		{"a 2 GiB sparse .git file", func(ws string) { sparse(filepath.Join(ws, ".git")) }, confine.ErrTooLarge},
+		{"a FIFO .git", func(ws string) { fifo(filepath.Join(ws, ".git")) }, nil},
+		{"a FIFO gitdir record", func(ws string) {
+			os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: "+gitdir+"\n"), 0o644)
+			fifo(filepath.Join(gitdir, "gitdir"))
+		}, confine.ErrNotRegular},
+		{"a 2 GiB sparse config", func(ws string) {
+			os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: "+gitdir+"\n"), 0o644)
+			sparse(filepath.Join(gitdir, "config"))
+		}, confine.ErrTooLarge},
+		{"a FIFO commondir", func(ws string) {
+			os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: "+gitdir+"\n"), 0o644)
+			os.WriteFile(filepath.Join(gitdir, "gitdir"), []byte(filepath.Join(ws, ".git")+"\n"), 0o644)
+			fifo(filepath.Join(gitdir, "commondir"))
+		}, confine.ErrNotRegular},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, f := range []string{"gitdir", "config", "commondir"} {
+				os.Remove(filepath.Join(gitdir, f))
+			}
+			ws := filepath.Join(base, strings.ReplaceAll(tt.name, " ", "-"))
+			mkdir(t, ws)
+			tt.setup(ws)
+			type result struct {
+				dirs []string
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				dirs, err := gitDirsOutside(ws)
+				done <- result{dirs, err}
+			}()
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("gitDirsOutside still reading after 10s")
+			}
+			if len(r.dirs) != 0 {
+				t.Errorf("gitDirsOutside shared %v", r.dirs)
+			}
+			if tt.wantErr == nil && r.err != nil || tt.wantErr != nil && !errors.Is(r.err, tt.wantErr) {
+				t.Fatalf("gitDirsOutside = %v, want %v", r.err, tt.wantErr)
+			}
+		})
 	}
 }
