@@ -301,3 +301,87 @@ func TestGitDirsOutsideBoundedReads(t *testing.T) {
 		})
 	}
 }
+
+// TestRefuseExposureResolvesMissingDirs: krunbox's directories may not
+// exist yet (the configuration directory before its first use) behind a
+// symlink on the way (~/.config -> /elsewhere/config), or be a dangling
+// symlink; a share holding where they would be made is refused all the
+// same, or the guest would write krunbox's and the pi extension's user
+// configuration (fallback = "host", trusted_projects) there.
+func TestRefuseExposureResolvesMissingDirs(t *testing.T) {
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	elsewhere := mkdir(t, filepath.Join(base, "elsewhere"))
+	mkdir(t, filepath.Join(elsewhere, "config"))
+	other := mkdir(t, filepath.Join(elsewhere, "other"))
+	far := mkdir(t, filepath.Join(base, "far"))
+	home := mkdir(t, filepath.Join(base, "home"))
+	mkdir(t, filepath.Join(home, ".local", "state"))
+	for _, l := range [][2]string{
+		{filepath.Join(elsewhere, "config"), filepath.Join(home, ".config")},
+		{filepath.Join(far, "kb"), filepath.Join(home, ".local", "state", "krunbox")}, // dangling
+		{filepath.Join(base, "loop2"), filepath.Join(base, "loop1")},
+		{filepath.Join(base, "loop1"), filepath.Join(base, "loop2")},
+	} {
+		if err := os.Symlink(l[0], l[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := []ownDir{
+		{"configuration directory", filepath.Join(home, ".config", "krunbox")},
+		{"state directory", filepath.Join(home, ".local", "state", "krunbox")},
+		{"image cache", filepath.Join(base, "loop1", "krunbox")},
+	}
+	tests := []struct {
+		name  string
+		mount string
+		what  string // "": accepted
+	}{
+		{"the target of the symlink on the way", elsewhere, "configuration directory"},
+		{"the directory it would be made in", filepath.Join(elsewhere, "config"), "configuration directory"},
+		{"where a dangling symlink points", far, "state directory"},
+		{"the home holding them", home, "configuration directory"},
+		{"a sibling", other, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := refuseExposure([]Mount{{HostPath: tt.mount, GuestPath: "/m"}}, own)
+			if tt.what == "" {
+				if err != nil {
+					t.Fatalf("refuseExposure(%s) = %v, want nil", tt.mount, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidMount) || !strings.Contains(err.Error(), tt.what) {
+				t.Fatalf("refuseExposure(%s) = %v, want a refusal naming the %s", tt.mount, err, tt.what)
+			}
+		})
+	}
+}
+
+// TestOwnDirsHoldWhatThePiExtensionTrusts: the pi extension trusts its
+// user configuration file and pi's agent directory (trust.json, pi's
+// settings and extensions); no share may hold them.
+func TestOwnDirsHoldWhatThePiExtensionTrusts(t *testing.T) {
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	h, err := NewHost(WithDirs(Dirs{State: filepath.Join(base, "s"), Cache: filepath.Join(base, "c"), Config: filepath.Join(base, "k")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := mkdir(t, filepath.Join(base, "pi", "agent"))
+	conf := filepath.Join(mkdir(t, filepath.Join(base, "piconf")), "pi.toml")
+	t.Setenv("PI_CODING_AGENT_DIR", agent)
+	t.Setenv("KRUNBOX_PI_CONFIG", conf)
+	for _, tt := range []struct{ mount, what string }{
+		{filepath.Join(base, "pi"), "pi agent directory"},
+		{filepath.Dir(conf), "pi extension's configuration file"},
+	} {
+		if err := refuseExposure([]Mount{{HostPath: tt.mount}}, h.ownDirs()); !errors.Is(err, ErrInvalidMount) || !strings.Contains(err.Error(), tt.what) {
+			t.Errorf("refuseExposure(%s) = %v, want a refusal naming the %s", tt.mount, err, tt.what)
+		}
+	}
+	t.Setenv("PI_CODING_AGENT_DIR", "")
+	t.Setenv("HOME", base)
+	if err := refuseExposure([]Mount{{HostPath: filepath.Join(base, ".pi")}}, h.ownDirs()); !errors.Is(err, ErrInvalidMount) {
+		t.Errorf("a share of ~/.pi: %v, want a refusal", err)
+	}
+}
