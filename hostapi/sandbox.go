@@ -159,10 +159,13 @@ func (s *Sandbox) lock(ctx context.Context) (func(), error) {
 
 // Start boots the sandbox's VM, if it does not run yet, and waits until its
 // guest agent answers. Concurrent starts of one sandbox, from any process,
-// start one VM. A start that fails says why: what this host lacks to run
-// VMs at all (a *vmm.PreflightError: no KVM, no libkrun), or the runner's
-// exit status and log, the console's last lines, the mounts the guest
-// could not make.
+// start one VM. Every start checks the shares again as Create did (the
+// guest may have changed them since): one that no longer passes, or has a
+// symlink on its way now, refuses the start with an error wrapping
+// ErrInvalidMount, and the sandbox stays as it was. A start that fails
+// says why: what this host lacks to run VMs at all (a *vmm.PreflightError:
+// no KVM, no libkrun), or the runner's exit status and log, the console's
+// last lines, the mounts the guest could not make.
 func (s *Sandbox) Start(ctx context.Context) error {
 	unlock, err := s.lock(ctx)
 	if err != nil {
@@ -181,6 +184,11 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		// Started by another process: running is enough; answering too.
 		_, err := s.waitReady(ctx, vm)
 		return err
+	}
+	// Before anything is made or changed: a refused start leaves the
+	// sandbox as it was (created, stopped or dead).
+	if err := s.checkMounts(); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	spec, err := s.vmSpec(ctx)
 	if err != nil {
