@@ -1,6 +1,7 @@
 package hostapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -396,15 +397,26 @@ func (s *Sandbox) deathError(vm *vmm.VM) error {
 
 func (s *Sandbox) consoleTail() string { return tail(s.ConsolePath(), 1024) }
 
-// tail returns the last lines of a file, at most max bytes, on one line.
-func tail(path string, max int) string {
-	b, err := os.ReadFile(path)
+// tail returns the last lines of a file, at most limit bytes, on one line.
+// It reads those bytes only: the console log holds whatever the guest
+// printed, as much as it likes.
+func tail(path string, limit int) string {
+	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
-	if len(b) > max {
-		b = b[len(b)-max:]
-		if i := strings.IndexByte(string(b), '\n'); i >= 0 {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	off := max(0, fi.Size()-int64(limit))
+	b, err := io.ReadAll(io.NewSectionReader(f, off, int64(limit)))
+	if err != nil {
+		return ""
+	}
+	if off > 0 {
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
 			b = b[i+1:]
 		}
 	}
