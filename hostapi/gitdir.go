@@ -3,10 +3,13 @@ package hostapi
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strings"
+
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 // gitDirsOutside returns the git directories that a checkout at workspace
@@ -24,14 +27,25 @@ import (
 // A directory outside is shared only when git's own records lead back
 // from it to this checkout (a worktree's "gitdir" file, a submodule's
 // core.worktree), and a common directory only when it holds that worktree
-// under its worktrees/ directory; anything else is refused.
+// under its worktrees/ directory; anything else is refused. Every file is
+// read with a bound (confine.DefaultMaxRead), with no symlink on the way
+// to the directories resolved, and one that is not a regular file (a
+// FIFO, a device) is refused without blocking.
 func gitDirsOutside(workspace string) ([]string, error) {
+	ws, err := confine.OpenRootNoSymlinks(workspace)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	defer ws.Close()
 	dotgit := filepath.Join(workspace, ".git")
-	fi, err := os.Lstat(dotgit)
-	if err != nil || !fi.Mode().IsRegular() {
+	if fi, err := ws.Lstat(".git"); err != nil || !fi.Mode().IsRegular() {
 		return nil, nil // no .git, or an ordinary .git directory inside
 	}
-	gitdir, err := readGitdirFile(dotgit)
+	b, err := confine.ReadFile(ws, ".git", confine.DefaultMaxRead)
+	if err != nil {
+		return nil, fmt.Errorf("read the .git file: %w", err)
+	}
+	gitdir, err := parseGitdirFile(dotgit, b)
 	if err != nil {
 		return nil, err
 	}
@@ -41,11 +55,17 @@ func gitDirsOutside(workspace string) ([]string, error) {
 	if within(workspace, gitdir) {
 		return nil, nil
 	}
-	if !leadsBack(gitdir, workspace) {
+	back, err := leadsBack(gitdir, workspace)
+	if err != nil {
+		return nil, fmt.Errorf("git directory %s of %s: %w", gitdir, workspace, err)
+	}
+	if !back {
 		return nil, &gitDirError{fmt.Errorf("%s names %s as its git directory, which does not belong to this checkout (nothing there leads back to it): not sharing it", dotgit, gitdir)}
 	}
 	dirs := []string{gitdir}
-	if b, err := os.ReadFile(filepath.Join(gitdir, "commondir")); err == nil {
+	b, err = confine.ReadFileNoSymlinks(filepath.Join(gitdir, "commondir"), confine.DefaultMaxRead)
+	switch {
+	case err == nil:
 		common, err := resolveFrom(gitdir, strings.TrimSpace(string(b)))
 		if err != nil {
 			return nil, fmt.Errorf("git common directory of %s: %w", workspace, err)
@@ -54,6 +74,8 @@ func gitDirsOutside(workspace string) ([]string, error) {
 			return nil, &gitDirError{fmt.Errorf("git directory %s names %s as its common directory, which does not hold it as a worktree: not sharing it", gitdir, common)}
 		}
 		dirs = append(dirs, common)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("git common directory of %s: %w", workspace, err)
 	}
 	var out []string
 	for _, d := range dedupeWithin(dirs) {
@@ -79,24 +101,34 @@ func (e *gitDirError) Hint() string {
 // leadsBack reports whether git's records in gitdir lead back to the
 // checkout at workspace: the "gitdir" file of a worktree's git directory
 // names the worktree's .git file; core.worktree in a submodule's config
-// names its checkout.
-func leadsBack(gitdir, workspace string) bool {
-	if b, err := os.ReadFile(filepath.Join(gitdir, "gitdir")); err == nil {
+// names its checkout. Those records are read with a bound, and one that
+// is not a regular file is an error.
+func leadsBack(gitdir, workspace string) (bool, error) {
+	b, err := confine.ReadFileNoSymlinks(filepath.Join(gitdir, "gitdir"), confine.DefaultMaxRead)
+	if err == nil {
 		back, err := resolveFrom(gitdir, strings.TrimSpace(string(b)))
-		return err == nil && back == filepath.Join(workspace, ".git")
+		return err == nil && back == filepath.Join(workspace, ".git"), nil
 	}
-	if wt := coreWorktree(filepath.Join(gitdir, "config")); wt != "" {
-		back, err := resolveFrom(gitdir, wt)
-		return err == nil && back == workspace
+	if !errors.Is(err, fs.ErrNotExist) {
+		return false, err
 	}
-	return false
+	wt, err := coreWorktree(filepath.Join(gitdir, "config"))
+	if err != nil || wt == "" {
+		return false, err
+	}
+	back, err := resolveFrom(gitdir, wt)
+	return err == nil && back == workspace, nil
 }
 
-// coreWorktree returns core.worktree from a git config file, or "".
-func coreWorktree(config string) string {
-	b, err := os.ReadFile(config)
+// coreWorktree returns core.worktree from a git config file, or "" when
+// the file or the key is absent.
+func coreWorktree(config string) (string, error) {
+	b, err := confine.ReadFileNoSymlinks(config, confine.DefaultMaxRead)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
 	if err != nil {
-		return ""
+		return "", err
 	}
 	inCore := false
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -108,10 +140,10 @@ func coreWorktree(config string) string {
 		}
 		key, value, ok := strings.Cut(line, "=")
 		if inCore && ok && strings.EqualFold(strings.TrimSpace(key), "worktree") {
-			return strings.Trim(strings.TrimSpace(value), `"`)
+			return strings.Trim(strings.TrimSpace(value), `"`), nil
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // resolveFrom resolves p, relative to dir when not absolute, to an
@@ -126,17 +158,16 @@ func resolveFrom(dir, p string) (string, error) {
 	return filepath.EvalSymlinks(p)
 }
 
+// isFile reports whether p, with no symlink on the way, is a regular file
+// of at most confine.DefaultMaxRead bytes.
 func isFile(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular()
+	_, err := confine.ReadFileNoSymlinks(p, confine.DefaultMaxRead)
+	return err == nil
 }
 
-// readGitdirFile reads the "gitdir: PATH" line of a .git file.
-func readGitdirFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
-	}
+// parseGitdirFile returns the path of the "gitdir: PATH" line of the .git
+// file at path, whose content is b.
+func parseGitdirFile(path string, b []byte) (string, error) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), "gitdir:"); ok {

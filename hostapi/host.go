@@ -156,8 +156,7 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	}
 	// Auto-remove sandboxes left by programs that died before removing them.
 	h.List()
-	own := []ownDir{{"state directory", h.dirs.State}, {"image cache", h.dirs.Cache}, {"configuration directory", h.dirs.Config}}
-	if err := refuseExposure(mounts, own); err != nil {
+	if err := refuseExposure(mounts, h.ownDirs()); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	root, err := h.chooseRoot(cfg.Root)

@@ -3,6 +3,7 @@ package hostapi
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,9 +66,12 @@ var reservedGuestPaths = []string{"/", "/proc", "/sys", "/dev", protocol.GuestDi
 
 // ErrInvalidMount is wrapped by the errors of Create for mounts it refuses:
 // a host path that is not a directory, or that is, contains or lies within
-// krunbox's own state, cache or configuration directory; a guest path that
-// is relative or would shadow the root, /proc, /sys, /dev or krunbox's own
-// directory; and mounts that overlap in the guest.
+// krunbox's own state, cache or configuration directory, or what the pi
+// extension trusts (its user configuration file, pi's agent directory); a
+// guest path that is relative or would shadow the root, /proc, /sys, /dev
+// or krunbox's own directory; and mounts that overlap in the guest. Start
+// wraps it too, for a share that no longer passes these checks, or that
+// has a symlink on its way now, since the sandbox was created.
 var ErrInvalidMount = errors.New("invalid mount")
 
 // resolveMounts validates mounts and returns them normalised: host paths
@@ -141,8 +145,30 @@ func (e *exposureError) Hint() string {
 // ownDir is one of krunbox's own directories, named by what it holds.
 type ownDir struct{ what, path string }
 
+// ownDirs returns what no share may be, hold or lie within: krunbox's
+// state, cache and configuration directories, and what the pi extension
+// krunbox serves trusts. That is its user configuration (pi.toml, whose
+// fallback = "host" and trusted_projects widen what a project may do), at
+// $KRUNBOX_PI_CONFIG or else in krunbox's configuration directory, and
+// pi's agent directory ($PI_CODING_AGENT_DIR or ~/.pi/agent), whose
+// trust.json says which projects pi trusts and which holds pi's settings
+// and extensions, run on the host.
+func (h *Host) ownDirs() []ownDir {
+	own := []ownDir{{"state directory", h.dirs.State}, {"image cache", h.dirs.Cache}, {"configuration directory", h.dirs.Config}}
+	if f := os.Getenv("KRUNBOX_PI_CONFIG"); f != "" {
+		own = append(own, ownDir{"pi extension's configuration file", f})
+	}
+	agent := os.Getenv("PI_CODING_AGENT_DIR")
+	if home, err := os.UserHomeDir(); agent == "" && err == nil {
+		agent = filepath.Join(home, ".pi", "agent")
+	}
+	return append(own, ownDir{"pi agent directory", agent})
+}
+
 // refuseExposure refuses mounts whose host directory is, contains or lies
-// within one of krunbox's own directories:
+// within one of krunbox's own directories (resolved as resolveOwn does,
+// also where they do not exist yet), or contains a symlink on the way to
+// one:
 // through such a share a guest could rewrite the image trees every sandbox
 // shares, other sandboxes' roots and records, or the configuration of the
 // next sandboxes, read-write or read-only alike (other sandboxes' files
@@ -156,16 +182,65 @@ func refuseExposure(mounts []Mount, own []ownDir) error {
 		if err != nil {
 			return err
 		}
-		if real, err := filepath.EvalSymlinks(abs); err == nil {
-			abs = real
-		}
+		real, links := resolveOwn(abs)
 		for _, m := range mounts {
-			if within(m.HostPath, abs) || within(abs, m.HostPath) {
-				return &exposureError{fmt.Errorf("%w %s: it would give the guest krunbox's %s (%s)", ErrInvalidMount, m.HostPath, d.what, abs)}
+			if within(m.HostPath, real) || within(real, m.HostPath) {
+				return &exposureError{fmt.Errorf("%w %s: it would give the guest krunbox's %s (%s)", ErrInvalidMount, m.HostPath, d.what, real)}
+			}
+			for _, l := range links {
+				if within(m.HostPath, l) {
+					return &exposureError{fmt.Errorf("%w %s: it holds %s, the symlink through which krunbox finds its %s (%s): the guest could point it elsewhere", ErrInvalidMount, m.HostPath, l, d.what, real)}
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// maxLinks bounds the symlinks resolveOwn follows, as the kernel's path
+// resolution does.
+const maxLinks = 40
+
+// resolveOwn resolves the absolute path p, one of krunbox's own
+// directories, component by component as far as it exists, and returns
+// it with the places (resolved) of the symlinks followed on the way. A
+// directory that does not exist yet (the configuration directory before
+// its first use) is where it would be made: with ~/.config a symlink to
+// /elsewhere/config, ~/.config/krunbox is /elsewhere/config/krunbox,
+// reached through the link ~/.config. A dangling symlink is followed to
+// where it points. Whoever can replace one of those links decides where
+// the directory is, so a share must hold none of them either.
+func resolveOwn(p string) (string, []string) {
+	var links []string
+	resolved, rest := "/", strings.Split(p, "/")
+	for budget := maxLinks; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			resolved = filepath.Dir(resolved)
+			continue
+		}
+		next := filepath.Join(resolved, c)
+		resolved = next
+		if fi, err := os.Lstat(next); err != nil || fi.Mode()&fs.ModeSymlink == 0 || budget == 0 {
+			continue
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			continue
+		}
+		budget--
+		links = append(links, next)
+		resolved = filepath.Dir(next)
+		if filepath.IsAbs(target) {
+			resolved = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return resolved, links
 }
 
 // within reports whether path is dir or below it. Both are clean and

@@ -7,9 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 func TestParseMount(t *testing.T) {
@@ -213,5 +216,172 @@ func TestDedupeWithin(t *testing.T) {
 	want := []string{"/a", "/ab", "/c"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("dedupeWithin = %v, want %v", got, want)
+	}
+}
+
+// TestGitDirsOutsideBoundedReads: the guest writes the workspace's .git
+// and, through the shared git directories, their records. A huge or
+// blocking file there costs the host neither memory nor a hung create or
+// start: it is refused (or ignored) at once.
+func TestGitDirsOutsideBoundedReads(t *testing.T) {
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	// A worktree git directory that leads back to the workspace, in a
+	// common directory that holds it: only the record under test is bad.
+	common := filepath.Join(base, "common")
+	gitdir := filepath.Join(common, "worktrees", "w")
+	mkdir(t, gitdir)
+	if err := os.WriteFile(filepath.Join(common, "HEAD"), []byte("ref: refs/heads/main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sparse := func(p string) {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(2 << 30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fifo := func(p string) {
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name    string
+		setup   func(ws string) // makes the workspace's .git and gitdir's records
+		wantErr error           // nil: ignored, no directory shared
+	}{
+		{"a 2 GiB sparse .git file", func(ws string) { sparse(filepath.Join(ws, ".git")) }, confine.ErrTooLarge},
+		{"a FIFO .git", func(ws string) { fifo(filepath.Join(ws, ".git")) }, nil},
+		{"a FIFO gitdir record", func(ws string) {
+			os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: "+gitdir+"\n"), 0o644)
+			fifo(filepath.Join(gitdir, "gitdir"))
+		}, confine.ErrNotRegular},
+		{"a 2 GiB sparse config", func(ws string) {
+			os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: "+gitdir+"\n"), 0o644)
+			sparse(filepath.Join(gitdir, "config"))
+		}, confine.ErrTooLarge},
+		{"a FIFO commondir", func(ws string) {
+			os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: "+gitdir+"\n"), 0o644)
+			os.WriteFile(filepath.Join(gitdir, "gitdir"), []byte(filepath.Join(ws, ".git")+"\n"), 0o644)
+			fifo(filepath.Join(gitdir, "commondir"))
+		}, confine.ErrNotRegular},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, f := range []string{"gitdir", "config", "commondir"} {
+				os.Remove(filepath.Join(gitdir, f))
+			}
+			ws := filepath.Join(base, strings.ReplaceAll(tt.name, " ", "-"))
+			mkdir(t, ws)
+			tt.setup(ws)
+			type result struct {
+				dirs []string
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				dirs, err := gitDirsOutside(ws)
+				done <- result{dirs, err}
+			}()
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("gitDirsOutside still reading after 10s")
+			}
+			if len(r.dirs) != 0 {
+				t.Errorf("gitDirsOutside shared %v", r.dirs)
+			}
+			if tt.wantErr == nil && r.err != nil || tt.wantErr != nil && !errors.Is(r.err, tt.wantErr) {
+				t.Fatalf("gitDirsOutside = %v, want %v", r.err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestRefuseExposureResolvesMissingDirs: krunbox's directories may not
+// exist yet (the configuration directory before its first use) behind a
+// symlink on the way (~/.config -> /elsewhere/config), or be a dangling
+// symlink; a share holding where they would be made is refused all the
+// same, or the guest would write krunbox's and the pi extension's user
+// configuration (fallback = "host", trusted_projects) there.
+func TestRefuseExposureResolvesMissingDirs(t *testing.T) {
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	elsewhere := mkdir(t, filepath.Join(base, "elsewhere"))
+	mkdir(t, filepath.Join(elsewhere, "config"))
+	other := mkdir(t, filepath.Join(elsewhere, "other"))
+	far := mkdir(t, filepath.Join(base, "far"))
+	home := mkdir(t, filepath.Join(base, "home"))
+	mkdir(t, filepath.Join(home, ".local", "state"))
+	for _, l := range [][2]string{
+		{filepath.Join(elsewhere, "config"), filepath.Join(home, ".config")},
+		{filepath.Join(far, "kb"), filepath.Join(home, ".local", "state", "krunbox")}, // dangling
+		{filepath.Join(base, "loop2"), filepath.Join(base, "loop1")},
+		{filepath.Join(base, "loop1"), filepath.Join(base, "loop2")},
+	} {
+		if err := os.Symlink(l[0], l[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := []ownDir{
+		{"configuration directory", filepath.Join(home, ".config", "krunbox")},
+		{"state directory", filepath.Join(home, ".local", "state", "krunbox")},
+		{"image cache", filepath.Join(base, "loop1", "krunbox")},
+	}
+	tests := []struct {
+		name  string
+		mount string
+		what  string // "": accepted
+	}{
+		{"the target of the symlink on the way", elsewhere, "configuration directory"},
+		{"the directory it would be made in", filepath.Join(elsewhere, "config"), "configuration directory"},
+		{"where a dangling symlink points", far, "state directory"},
+		{"the home holding them", home, "configuration directory"},
+		{"a sibling", other, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := refuseExposure([]Mount{{HostPath: tt.mount, GuestPath: "/m"}}, own)
+			if tt.what == "" {
+				if err != nil {
+					t.Fatalf("refuseExposure(%s) = %v, want nil", tt.mount, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidMount) || !strings.Contains(err.Error(), tt.what) {
+				t.Fatalf("refuseExposure(%s) = %v, want a refusal naming the %s", tt.mount, err, tt.what)
+			}
+		})
+	}
+}
+
+// TestOwnDirsHoldWhatThePiExtensionTrusts: the pi extension trusts its
+// user configuration file and pi's agent directory (trust.json, pi's
+// settings and extensions); no share may hold them.
+func TestOwnDirsHoldWhatThePiExtensionTrusts(t *testing.T) {
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	h, err := NewHost(WithDirs(Dirs{State: filepath.Join(base, "s"), Cache: filepath.Join(base, "c"), Config: filepath.Join(base, "k")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := mkdir(t, filepath.Join(base, "pi", "agent"))
+	conf := filepath.Join(mkdir(t, filepath.Join(base, "piconf")), "pi.toml")
+	t.Setenv("PI_CODING_AGENT_DIR", agent)
+	t.Setenv("KRUNBOX_PI_CONFIG", conf)
+	for _, tt := range []struct{ mount, what string }{
+		{filepath.Join(base, "pi"), "pi agent directory"},
+		{filepath.Dir(conf), "pi extension's configuration file"},
+	} {
+		if err := refuseExposure([]Mount{{HostPath: tt.mount}}, h.ownDirs()); !errors.Is(err, ErrInvalidMount) || !strings.Contains(err.Error(), tt.what) {
+			t.Errorf("refuseExposure(%s) = %v, want a refusal naming the %s", tt.mount, err, tt.what)
+		}
+	}
+	t.Setenv("PI_CODING_AGENT_DIR", "")
+	t.Setenv("HOME", base)
+	if err := refuseExposure([]Mount{{HostPath: filepath.Join(base, ".pi")}}, h.ownDirs()); !errors.Is(err, ErrInvalidMount) {
+		t.Errorf("a share of ~/.pi: %v, want a refusal", err)
 	}
 }

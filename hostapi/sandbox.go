@@ -1,6 +1,7 @@
 package hostapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,10 +160,13 @@ func (s *Sandbox) lock(ctx context.Context) (func(), error) {
 
 // Start boots the sandbox's VM, if it does not run yet, and waits until its
 // guest agent answers. Concurrent starts of one sandbox, from any process,
-// start one VM. A start that fails says why: what this host lacks to run
-// VMs at all (a *vmm.PreflightError: no KVM, no libkrun), or the runner's
-// exit status and log, the console's last lines, the mounts the guest
-// could not make.
+// start one VM. Every start checks the shares again as Create did (the
+// guest may have changed them since): one that no longer passes, or has a
+// symlink on its way now, refuses the start with an error wrapping
+// ErrInvalidMount, and the sandbox stays as it was. A start that fails
+// says why: what this host lacks to run VMs at all (a *vmm.PreflightError:
+// no KVM, no libkrun), or the runner's exit status and log, the console's
+// last lines, the mounts the guest could not make.
 func (s *Sandbox) Start(ctx context.Context) error {
 	unlock, err := s.lock(ctx)
 	if err != nil {
@@ -181,6 +185,11 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		// Started by another process: running is enough; answering too.
 		_, err := s.waitReady(ctx, vm)
 		return err
+	}
+	// Before anything is made or changed: a refused start leaves the
+	// sandbox as it was (created, stopped or dead).
+	if err := s.checkMounts(); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	spec, err := s.vmSpec(ctx)
 	if err != nil {
@@ -388,15 +397,26 @@ func (s *Sandbox) deathError(vm *vmm.VM) error {
 
 func (s *Sandbox) consoleTail() string { return tail(s.ConsolePath(), 1024) }
 
-// tail returns the last lines of a file, at most max bytes, on one line.
-func tail(path string, max int) string {
-	b, err := os.ReadFile(path)
+// tail returns the last lines of a file, at most limit bytes, on one line.
+// It reads those bytes only: the console log holds whatever the guest
+// printed, as much as it likes.
+func tail(path string, limit int) string {
+	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
-	if len(b) > max {
-		b = b[len(b)-max:]
-		if i := strings.IndexByte(string(b), '\n'); i >= 0 {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	off := max(0, fi.Size()-int64(limit))
+	b, err := io.ReadAll(io.NewSectionReader(f, off, int64(limit)))
+	if err != nil {
+		return ""
+	}
+	if off > 0 {
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
 			b = b[i+1:]
 		}
 	}

@@ -66,6 +66,7 @@ struct plan {
 	const char *hostname;
 	int sync_fd;    /* guest side of the socketpair */
 	int uidmap_fd;  /* read end: the VMM wrote the id maps (new_user) */
+	char **share_dirs; /* per share: the directory the VMM opened, or NULL */
 };
 
 static int fail_fd = 2; /* where the guest init reports setup failures */
@@ -503,8 +504,10 @@ static void guest_init(struct plan *p)
 		pathf(dst, "%s" TK_GUEST_DIR "/virtiofs/%s", root, s->tag);
 		if (mkdir(dst, 0755) < 0 && errno != EEXIST)
 			die_setup("mkdir", dst);
-		if (mount(s->path, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
-			die_setup("bind mount", s->path);
+		/* The directory the VMM opened, by the path it has in this
+		 * mount namespace's copy of the VMM's mounts. */
+		if (mount(p->share_dirs[i], dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+			die_setup("bind mount", p->share_dirs[i]);
 		if (s->read_only && mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0)
 			die_setup("remount read-only", dst);
 	}
@@ -821,6 +824,30 @@ int32_t tk_run(struct tk_ctx *c)
 	}
 	if (!realpath(root_path, p.root))
 		return vm_error("root", root_path);
+	/* libkrun's virtio-fs opens a share's directory in the VMM with
+	 * O_PATH | O_NOFOLLOW and serves that descriptor: a path whose last
+	 * component is a symlink (a /proc/self/fd magic link included) opens
+	 * the link, which it cannot serve as a directory. */
+	p.share_dirs = calloc(c->nshares + 1, sizeof(char *));
+	for (size_t i = 0; i < c->nshares; i++) {
+		const struct tk_share *s = &c->shares[i];
+		if (strcmp(s->tag, TK_ROOT_TAG) == 0 || !s->path)
+			continue;
+		struct stat st;
+		char link[64];
+		int fd = open(s->path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0 || fstat(fd, &st) < 0)
+			return vm_error("virtio-fs share", s->path);
+		if (!S_ISDIR(st.st_mode)) {
+			errno = ENOTDIR;
+			return vm_error("virtio-fs share", s->path);
+		}
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		p.share_dirs[i] = calloc(1, PATH_MAX);
+		if (readlink(link, p.share_dirs[i], PATH_MAX - 1) < 0)
+			return vm_error("virtio-fs share", s->path);
+		close(fd);
+	}
 	p.new_user = geteuid() != 0;
 	p.new_net = !tk_tsi_enabled(c);
 

@@ -17,6 +17,12 @@ func selfExe() string {
 	return exe
 }
 
+// sharePath is the path libkrun is given for the shared directory open as
+// dir: on macOS, the path that was just opened with no symlink on the way.
+// libkrun's macOS virtio-fs resolves paths, not descriptors, so a link
+// planted between this check and libkrun's open is not caught there.
+func sharePath(_ *os.File, p string) string { return p }
+
 // runnerSysProcAttr: macOS has no namespaces.
 func runnerSysProcAttr() *syscall.SysProcAttr { return nil }
 

@@ -15,6 +15,17 @@ import (
 
 func selfExe() string { return "/proc/self/exe" }
 
+// sharePath is the path libkrun is given for the shared directory open as
+// dir: that descriptor's directory, through /proc/self/fd, so that what
+// was checked (opened with no symlink on the way) is what is shared.
+// libkrun's virtio-fs opens the path with O_PATH|O_NOFOLLOW when the guest
+// mounts the share (the runner's descriptor is still open then): on the
+// magic link "/proc/self/fd/N" itself that would open the link, so the
+// path ends in "/.", which follows the link as a directory on the way.
+func sharePath(dir *os.File, _ string) string {
+	return fmt.Sprintf("/proc/self/fd/%d/.", dir.Fd())
+}
+
 // runnerSysProcAttr gives a process the namespaces the runner enters (see
 // kb_enter_namespaces in monitor_cgo.go): a mount namespace of its own, for
 // the overlay root, and, unless it is root already, a user namespace

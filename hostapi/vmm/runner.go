@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -113,7 +114,7 @@ func runnerMain(dir string) int {
 	if err := raiseNofile(); err != nil {
 		return fail("raise RLIMIT_NOFILE: %v", err)
 	}
-	ctx, err := configure(lib, spec)
+	ctx, shares, err := configure(lib, spec)
 	if err != nil {
 		return fail("configure libkrun: %v", err)
 	}
@@ -126,24 +127,33 @@ func runnerMain(dir string) int {
 	ready.Write([]byte{'R'})
 	ready.Close()
 	err = ctx.StartEnter() // returns only if the VM could not be built
+	// The shared directories stay open while libkrun serves them: it was
+	// given their descriptors' paths (sharePath).
+	runtime.KeepAlive(shares)
 	return fail("start the VM: %v", err)
 }
 
-// configure creates and configures the libkrun context for spec.
-func configure(lib *krun.Library, spec *Spec) (*krun.Context, error) {
+// configure creates and configures the libkrun context for spec. It opens
+// each shared directory with no symlink in any component of its path (the
+// path was resolved when the sandbox was created; a symlink planted since
+// by a guest that writes a parent directory is refused) and gives libkrun
+// that directory (sharePath), not a path it would resolve again. The
+// returned files must stay open as long as the VM runs.
+func configure(lib *krun.Library, spec *Spec) (*krun.Context, []*os.File, error) {
 	if spec.LogLevel > 0 {
 		err := lib.InitLog(2, spec.LogLevel)
 		if errors.Is(err, krun.ErrUnsupported) {
 			err = lib.SetLogLevel(spec.LogLevel)
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	ctx, err := lib.NewContext()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var shares []*os.File
 	steps := []func() error{
 		func() error {
 			if spec.VCPUs == 0 && spec.MemoryMiB == 0 {
@@ -155,7 +165,12 @@ func configure(lib *krun.Library, spec *Spec) (*krun.Context, error) {
 		func() error { return placeFiles(ctx, lib, spec) },
 		func() error {
 			for _, sh := range spec.Shares {
-				if err := ctx.AddVirtiofs(sh.Tag, sh.HostPath, sh.ReadOnly); err != nil {
+				dir, err := confine.OpenDirNoSymlinks(sh.HostPath)
+				if err != nil {
+					return fmt.Errorf("share %s: %w", sh.Tag, err)
+				}
+				shares = append(shares, dir)
+				if err := ctx.AddVirtiofs(sh.Tag, sharePath(dir, sh.HostPath), sh.ReadOnly); err != nil {
 					return fmt.Errorf("share %s: %w", sh.Tag, err)
 				}
 			}
@@ -214,10 +229,17 @@ func configure(lib *krun.Library, spec *Spec) (*krun.Context, error) {
 	for _, step := range steps {
 		if err := step(); err != nil {
 			ctx.Free()
-			return nil, err
+			closeAll(shares)
+			return nil, nil, err
 		}
 	}
-	return ctx, nil
+	return ctx, shares, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 func cmpOr(v, def uint32) uint32 {
@@ -422,10 +444,11 @@ func probeContext(lib *krun.Library) error {
 		ConsoleLog: filepath.Join(tmp, "console.log"),
 		Files:      []File{{Path: "/.krunbox/agent.json", Mode: 0o644, Data: []byte("{}")}},
 	}
-	ctx, err := configure(lib, spec)
+	ctx, shares, err := configure(lib, spec)
 	if err != nil {
 		return err
 	}
+	defer closeAll(shares)
 	return ctx.Free()
 }
 

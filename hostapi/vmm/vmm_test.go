@@ -798,6 +798,48 @@ func TestSharesUnderTheDouble(t *testing.T) {
 	}
 }
 
+// TestShareThroughASymlinkIsRefused: the runner opens each share with no
+// symlink on the way and gives libkrun that directory, so a share whose
+// recorded path a guest turned into a symlink since (it writes the
+// parent) is not shared: the runner refuses to start, and the directory
+// the link leads to is neither seen nor changed.
+func TestShareThroughASymlinkIsRefused(t *testing.T) {
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim")
+	ws := filepath.Join(base, "ws")
+	for _, d := range []string{victim, ws, filepath.Join(victim, "sub")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(victim, "secret"), []byte("victim's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(ws, "data")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ name, path string }{
+		{"the last component", filepath.Join(ws, "data")},
+		{"a component on the way", filepath.Join(ws, "data", "sub")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spec, dir := shellSpec(t, "ls /dev/.testkrun/virtiofs/d /mnt; echo pwned > /dev/.testkrun/virtiofs/d/secret")
+			spec.Shares = []Share{{Tag: "d", HostPath: tt.path}}
+			_, err := Start(context.Background(), dir, spec)
+			var se *StartError
+			if !errors.As(err, &se) || se.Status.Code != ExitRunnerFailed || !strings.Contains(se.Log, "share d") {
+				t.Fatalf("Start with a share through a symlink: %v, want the runner to refuse the share", err)
+			}
+			if out, _ := os.ReadFile(spec.ConsoleLog); len(out) != 0 {
+				t.Errorf("the guest ran: console %q", out)
+			}
+			if b, _ := os.ReadFile(filepath.Join(victim, "secret")); string(b) != "victim's" {
+				t.Errorf("victim's file is now %q", b)
+			}
+		})
+	}
+}
+
 func TestProbe(t *testing.T) {
 	skipIfReal(t)
 	r, err := Probe(t.Context(), testkrun.Library(t))
