@@ -29,6 +29,13 @@ import (
 
 func hookedClient(t *testing.T, hook func(protocol.Frame)) *Client {
 	t.Helper()
+	return proxiedClient(t, hook, nil)
+}
+
+// proxiedClient is hookedClient, with reply, when not nil, called with
+// each frame the agent sends, to change it before the client gets it.
+func proxiedClient(t *testing.T, hook, reply func(protocol.Frame)) *Client {
+	t.Helper()
 	a := agenttest.Start(t, nil)
 	dir, err := os.MkdirTemp("", "kbp") // short: a unix socket path
 	if err != nil {
@@ -51,7 +58,23 @@ func hookedClient(t *testing.T, hook func(protocol.Frame)) *Client {
 				cc.Close()
 				return
 			}
-			go func() { io.Copy(cc, ac); cc.Close() }()
+			go func() {
+				defer cc.Close()
+				if reply == nil {
+					io.Copy(cc, ac)
+					return
+				}
+				for {
+					f, err := protocol.ReadFrame(ac)
+					if err != nil {
+						return
+					}
+					reply(f)
+					if _, err := cc.Write(protocol.AppendFrame(nil, f.Header, f.Body)); err != nil {
+						return
+					}
+				}
+			}()
 			go func() {
 				defer ac.Close()
 				for {
@@ -459,5 +482,37 @@ func checkCopied(t *testing.T, dst string) {
 	}
 	if _, err := os.Lstat(filepath.Join(dst, "fifo")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the FIFO was copied: %v", err)
+	}
+}
+
+// TestCopyOutBadGuestNames has the guest list "." and ".." as entries of
+// a directory (its directories "z" and "zz", renamed in the agent's
+// answer, at the same length): the copy fails and writes nothing beside
+// its destination.
+func TestCopyOutBadGuestNames(t *testing.T) {
+	for _, name := range []string{".", ".."} {
+		t.Run(name, func(t *testing.T) {
+			src := filepath.Join(t.TempDir(), "guest")
+			from := strings.Repeat("z", len(name))
+			mustT(t, os.MkdirAll(filepath.Join(src, from), 0o755))
+			mustT(t, os.WriteFile(filepath.Join(src, from, "planted"), []byte("x"), 0o644))
+			c := proxiedClient(t, nil, func(f protocol.Frame) {
+				if f.Type == protocol.TypeData {
+					copy(f.Body, bytes.ReplaceAll(f.Body, []byte(`"name":"`+from+`"`), []byte(`"name":"`+name+`"`)))
+				}
+			})
+			parent := t.TempDir()
+			err := c.CopyOut(testContext(t), src, filepath.Join(parent, "dst"))
+			if err == nil || !strings.Contains(err.Error(), "bad entry name") {
+				t.Errorf("CopyOut: %v, want a bad entry name", err)
+			}
+			entries, err := os.ReadDir(parent)
+			mustT(t, err)
+			for _, e := range entries {
+				if e.Name() != "dst" {
+					t.Errorf("the copy wrote %q beside its destination", e.Name())
+				}
+			}
+		})
 	}
 }
