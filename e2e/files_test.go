@@ -67,6 +67,18 @@ func testCopy(t *testing.T, e *env) {
 		t.Errorf("cp of a missing guest file: %s", r)
 	}
 	checkKrunboxError(t, e.krunbox("cp", src, dst), "NAME:PATH")
+	// A DST that is a symbolic link is refused, never followed.
+	victim := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(victim, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{link, link + "/"} {
+		checkKrunboxError(t, e.krunbox("cp", "files:/srv/out", d), "symbolic link")
+	}
+	if entries, err := os.ReadDir(victim); err != nil || len(entries) != 0 {
+		t.Errorf("cp wrote through a symbolic link at DST: %v, %v", entries, err)
+	}
 }
 
 func testLogs(t *testing.T, e *env) {

@@ -325,7 +325,7 @@ func (c *Client) ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error
 			st.cancel()
 			return nil, pathError("readdir", name, err)
 		}
-		if fi.Name == "" || strings.Contains(fi.Name, "/") {
+		if fi.Name == "" || fi.Name == "." || fi.Name == ".." || strings.ContainsAny(fi.Name, "/\x00") {
 			st.cancel()
 			return nil, pathError("readdir", name, &ProtocolError{Msg: fmt.Sprintf("bad entry name %q", fi.Name)})
 		}

@@ -252,6 +252,8 @@ func (e *DirNotEmptyError) Hint() string { return "export into a new or empty di
 
 // Export pulls ref (as Pull does, with the same options) and writes its
 // flattened root file system to dir, which must not exist or be empty.
+// The setuid and setgid bits of its files and directories are dropped
+// unless WithKeepSetID(true) is given (without root they always are).
 func (s *Store) Export(ctx context.Context, ref, dir string, opts ...PullOption) (*Image, error) {
 	entries, err := os.ReadDir(dir)
 	created := false
@@ -295,7 +297,7 @@ func (s *Store) export(ctx context.Context, ref, dir string, opts []PullOption) 
 		return nil, err
 	}
 	defer unlock()
-	if _, err := s.flattenInto(ctx, dir, img.Name, cachedLayers(img), o.progress); err != nil {
+	if _, err := s.flattenInto(ctx, dir, img.Name, cachedLayers(img), o.progress, !o.keepSetID); err != nil {
 		return nil, fmt.Errorf("export %s: %w", img.Name, err)
 	}
 	return img, nil

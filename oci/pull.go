@@ -73,6 +73,8 @@ type pullOptions struct {
 	policy   PullPolicy
 	platform v1.Platform
 	progress func(Progress)
+	// keepSetID keeps set-id bits in an export.
+	keepSetID bool
 }
 
 // PullOption configures Pull and Export.
@@ -87,6 +89,12 @@ func WithPlatform(p v1.Platform) PullOption { return func(o *pullOptions) { o.pl
 
 // WithProgress has fn called as layers are downloaded and flattened.
 func WithProgress(fn func(Progress)) PullOption { return func(o *pullOptions) { o.progress = fn } }
+
+// WithKeepSetID keeps the setuid and setgid bits of the image's files in
+// an export (Export only; by default they are dropped, since the exported
+// tree sits in a directory other users may enter, while the cache keeps
+// its trees under a 0700 directory).
+func WithKeepSetID(keep bool) PullOption { return func(o *pullOptions) { o.keepSetID = keep } }
 
 // BlobError names a blob that could not be fetched or was corrupt.
 type BlobError struct {
@@ -316,7 +324,7 @@ func (s *Store) ensureTree(ctx context.Context, rec *Image, specs []layerSpec, p
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return err
 	}
-	stats, err := s.flattenInto(ctx, root, rec.Name, specs, progress)
+	stats, err := s.flattenInto(ctx, root, rec.Name, specs, progress, false)
 	if err != nil {
 		return err
 	}
@@ -362,7 +370,7 @@ func (s *Store) trash(p string) error {
 // and applies them in order into root while they stream in: the download
 // of each layer, its decompression and the application of the previous
 // layer overlap.
-func (s *Store) flattenInto(ctx context.Context, root, image string, specs []layerSpec, progress func(Progress)) (flatten.Stats, error) {
+func (s *Store) flattenInto(ctx context.Context, root, image string, specs []layerSpec, progress func(Progress), dropSetID bool) (flatten.Stats, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
@@ -374,7 +382,7 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 		defer mu.Unlock()
 		progress(Progress{Image: image, Layer: specs[i].desc.Digest, Index: i, Count: len(specs), Size: specs[i].desc.Size, Done: done, State: state})
 	}
-	a, err := flatten.NewApplier(root, flatten.Options{Rootless: s.opts.rootless, MaxBytes: s.opts.limits.MaxBytes, MaxEntries: s.opts.limits.MaxEntries})
+	a, err := flatten.NewApplier(root, flatten.Options{Rootless: s.opts.rootless, DropSetID: dropSetID, MaxBytes: s.opts.limits.MaxBytes, MaxEntries: s.opts.limits.MaxEntries})
 	if err != nil {
 		return flatten.Stats{}, err
 	}

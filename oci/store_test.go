@@ -3,6 +3,7 @@ package oci_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -650,11 +651,58 @@ func TestExport(t *testing.T) {
 	if _, err := s.Export(t.Context(), ref, dir); err != nil {
 		t.Fatal(err)
 	}
-	checkTree(t, dir, wantTree())
+	// An export drops set-id bits (see TestExportSetID).
+	want := wantTree()
+	for p, n := range want {
+		n.Mode &^= fs.ModeSetuid | fs.ModeSetgid
+		want[p] = n
+	}
+	checkTree(t, dir, want)
 	_, err := s.Export(t.Context(), ref, dir)
 	var ne *oci.DirNotEmptyError
 	if !errors.As(err, &ne) {
 		t.Errorf("export into a non-empty dir: %v", err)
+	}
+}
+
+// TestExportSetID exports an image holding a setuid-root file (bin/su) and
+// a setgid one (bin/wall): the export drops their set-id bits unless asked
+// to keep them, and only root can keep them.
+func TestExportSetID(t *testing.T) {
+	ref := testimage.Serve(t, rulesImage(t, ""))
+	for _, tt := range []struct {
+		name string
+		opts []oci.PullOption
+		keep bool
+	}{
+		{name: "default", keep: false},
+		{name: "keep", opts: []oci.PullOption{oci.WithKeepSetID(true)}, keep: os.Geteuid() == 0},
+		{name: "keep false", opts: []oci.PullOption{oci.WithKeepSetID(false)}, keep: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := openStore(t)
+			dir := filepath.Join(t.TempDir(), "out")
+			if _, err := s.Export(t.Context(), ref, dir, tt.opts...); err != nil {
+				t.Fatal(err)
+			}
+			for name, bit := range map[string]fs.FileMode{"bin/su": fs.ModeSetuid, "bin/wall": fs.ModeSetgid} {
+				fi, err := os.Lstat(filepath.Join(dir, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := fi.Mode()&bit != 0; got != tt.keep {
+					t.Errorf("%s: mode %v; want its %v bit: %v", name, fi.Mode(), bit, tt.keep)
+				}
+			}
+			// The cache's own tree keeps the image's modes as root.
+			img, err := s.Pull(t.Context(), ref, oci.WithPolicy(oci.PullNever))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi, err := os.Lstat(filepath.Join(img.Rootfs, "bin/su")); err != nil || (os.Geteuid() == 0) != (fi.Mode()&fs.ModeSetuid != 0) {
+				t.Errorf("cached bin/su: %v, %v", fi, err)
+			}
+		})
 	}
 }
 

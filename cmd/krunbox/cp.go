@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"os"
+	"fmt"
+	"io/fs"
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/krunbox/krunbox/hostapi"
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 func newCpCmd(s *streams) *cobra.Command {
@@ -22,8 +26,19 @@ a path in the sandbox NAME (relative paths start in its working
 directory); the other is a host path (write ./a:b for a host file named
 a:b). When DST is an existing directory, SRC is copied into it; otherwise
 DST is the copy's name. Permission bits are kept, except setuid and setgid
-on files copied to the host; links are copied as links; special files are
-skipped. Nothing is written outside DST, whatever links the guest made.
+on files copied to the host; symbolic links are copied as links, never
+followed, SRC itself included (like cp -P); FIFOs, sockets and devices are
+skipped with a warning.
+
+A host tree may be written by the guest while it is copied (the
+workspace), so the host side never goes through a symbolic link: the
+parent directory of a host SRC or DST is resolved by path once, then
+every entry is opened below it without following a link. Copying to the
+host, a DST that is itself a symbolic link is refused (give the path it
+points to), and a symbolic link found anywhere below DST, whoever made
+it, is replaced by what the guest's copy holds there, never written
+through; nothing is written outside DST. A file is copied with at most the
+size it had when it was opened.
 
   krunbox cp ./config.json dev:/etc/app/
   krunbox cp dev:/var/log ./guest-logs`,
@@ -58,12 +73,34 @@ skipped. Nothing is written outside DST, whatever links the guest made.
 				}
 				return c.CopyIn(ctx, src, dst)
 			}
-			if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
-				dst = filepath.Join(dst, path.Base(src))
-			}
-			return c.CopyOut(ctx, src, dst)
+			return copyOut(ctx, c, src, dst)
 		},
 	}
+}
+
+// copyOut copies the guest path src into the host directory dst when dst
+// is one, and to dst otherwise, never through a symbolic link at dst.
+func copyOut(ctx context.Context, c *hostapi.Client, src, dst string) error {
+	parent, name, err := confine.OpenParent(dst)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	defer parent.Close()
+	base := path.Base(src)
+	if base == "." || base == ".." || base == "/" {
+		// No name of its own: copied as DST (merged into a directory).
+		return c.CopyOutAt(ctx, src, parent, name)
+	}
+	dir, err := confine.OpenDirAt(parent, name)
+	switch {
+	case err == nil:
+		defer dir.Close()
+		return c.CopyOutAt(ctx, src, dir, base)
+	case errors.Is(err, confine.ErrSymlink), errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		// A link is refused by CopyOutAt, a file replaced, a new name made.
+		return c.CopyOutAt(ctx, src, parent, name)
+	}
+	return fmt.Errorf("copy %s: %w", src, err)
 }
 
 // splitSandboxPath splits NAME:PATH. A spec is a sandbox path when what

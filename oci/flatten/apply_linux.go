@@ -593,14 +593,16 @@ func (a *Applier) fifo(pfd int, base string, hdr *tar.Header) error {
 }
 
 // diskMode is the mode a file or directory gets on disk: the image's in
-// rootful mode; without set-id bits and with the owner's access kept in
-// rootless mode.
+// rootful mode (without set-id bits with DropSetID); without set-id bits
+// and with the owner's access kept in rootless mode.
 func (a *Applier) diskMode(hdr *tar.Header, dir bool) uint32 {
 	m := uint32(hdr.Mode) & 0o7777
+	if a.opts.DropSetID || a.opts.Rootless {
+		m &^= 0o6000
+	}
 	if !a.opts.Rootless {
 		return m
 	}
-	m &^= 0o6000
 	if dir {
 		return m | 0o700
 	}

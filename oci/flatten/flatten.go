@@ -36,6 +36,10 @@ type Options struct {
 	// Rootless skips chown and records ownership and special mode bits in
 	// OverrideStatXattr instead; see the package documentation.
 	Rootless bool
+	// DropSetID clears the setuid and setgid bits of every file and
+	// directory written, as Rootless does, for a tree that leaves krunbox's
+	// private cache (an export into a directory other users may enter).
+	DropSetID bool
 	// MaxBytes bounds the uncompressed size of all layers together (tar
 	// headers and contents); 0 means DefaultMaxBytes.
 	MaxBytes int64
