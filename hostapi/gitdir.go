@@ -137,13 +137,8 @@ func readGitdirFile(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "gitdir:"); ok {
-			if p := strings.TrimSpace(rest); p != "" {
-				return p, nil
-			}
-		}
+	if p, ok := parseGitdirFile(b); ok {
+		return p, nil
 	}
 	return "", fmt.Errorf("%s has no \"gitdir:\" line", path)
 }
