@@ -49,6 +49,9 @@ skipped. Nothing is written outside DST, whatever links the guest made.
 			if err := sb.CheckReady(ctx); err != nil {
 				return err
 			}
+			if err := sb.CheckGit(); err != nil {
+				return err
+			}
 			c := sb.Client()
 			defer c.Close()
 			if dstIn {
