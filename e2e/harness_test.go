@@ -48,6 +48,8 @@ var scenarios = []scenario{
 	{"ReadOnlyMount", testReadOnlyMount},
 	{"Workspace", testWorkspace},
 	{"GitWorktree", testGitWorktree},
+	{"GitReadOnly", testGitReadOnly},
+	{"GitWritable", testGitWritable},
 	{"NamedSandboxPersists", testNamedSandboxPersists},
 	{"CopyRoot", testCopyRoot},
 	{"RmLeavesNothing", testRmLeavesNothing},

@@ -81,6 +81,13 @@ type Config struct {
 	// Root chooses how the sandbox's root file system is made: RootAuto
 	// (the default), RootOverlay or RootCopy.
 	Root RootKind `json:"root,omitempty"`
+	// GitWritable lets the guest change what the host's git runs or
+	// obeys in the git directories of the workspace and the read-write
+	// mounts: hooks, config, config.worktree, submodules' too, and the
+	// core.hooksPath directories and included config files in a share.
+	// By default they reach the guest read-only, and the git directories
+	// cannot be renamed or removed (see Sandbox.GitProtection).
+	GitWritable bool `json:"git_writable,omitempty"`
 }
 
 // withDefaults returns c with zero fields set to their defaults.

@@ -45,7 +45,7 @@ func gitDirsOutside(workspace string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the .git file: %w", err)
 	}
-	gitdir, err := parseGitdirFile(dotgit, b)
+	gitdir, err := gitdirLine(dotgit, b)
 	if err != nil {
 		return nil, err
 	}
@@ -165,16 +165,11 @@ func isFile(p string) bool {
 	return err == nil
 }
 
-// parseGitdirFile returns the path of the "gitdir: PATH" line of the .git
-// file at path, whose content is b.
-func parseGitdirFile(path string, b []byte) (string, error) {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "gitdir:"); ok {
-			if p := strings.TrimSpace(rest); p != "" {
-				return p, nil
-			}
-		}
+// gitdirLine returns the path of the "gitdir: PATH" line of the .git file
+// at path, whose content is b.
+func gitdirLine(path string, b []byte) (string, error) {
+	if p, ok := parseGitdirFile(b); ok {
+		return p, nil
 	}
 	return "", fmt.Errorf("%s has no \"gitdir:\" line", path)
 }

@@ -46,6 +46,8 @@ type Host struct {
 
 	// checkOverlay runs vmm.CheckOverlay once (see Host.checkOverlay).
 	checkOverlay func() error
+	// protectsPaths is vmm.ProtectsPaths; tests replace it.
+	protectsPaths func(vmm.Root) bool
 }
 
 // HostOption configures a Host.
@@ -83,7 +85,7 @@ func WithLogger(l *slog.Logger) HostOption { return func(h *Host) { h.log = l } 
 // NewHost returns a Host on the default directories, or those of
 // WithDirs.
 func NewHost(opts ...HostOption) (*Host, error) {
-	h := &Host{startTimeout: 60 * time.Second, stopTimeout: 10 * time.Second, log: slog.Default()}
+	h := &Host{startTimeout: 60 * time.Second, stopTimeout: 10 * time.Second, log: slog.Default(), protectsPaths: vmm.ProtectsPaths}
 	h.checkOverlay = sync.OnceValue(h.overlayCheck)
 	for _, o := range opts {
 		o(h)

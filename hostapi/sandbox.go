@@ -181,6 +181,12 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
+	// What the guest may have changed in git's hooks and config, where
+	// they could not be made read-only, is reviewed before anything goes
+	// on.
+	if err := s.CheckGit(); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
 	if st == vmm.StateRunning {
 		// Started by another process: running is enough; answering too.
 		_, err := s.waitReady(ctx, vm)
@@ -193,6 +199,9 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	}
 	spec, err := s.vmSpec(ctx)
 	if err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	if err := s.protectGit(spec); err != nil {
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	if err := os.Remove(s.path(stopFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -569,14 +578,21 @@ func (h *Host) agentFile(arch string) (string, error) {
 // Stop stops the sandbox's VM: it asks the guest agent to shut down (it
 // ends the guest's processes and syncs), then, past the stop timeout,
 // signals the runner (SIGTERM, then SIGKILL). Stopping a stopped sandbox
-// does nothing.
+// does nothing. Once stopped, it returns a *GitChangedError when the guest
+// changed git hooks or config it could write (see CheckGit).
 func (s *Sandbox) Stop(ctx context.Context) error {
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	return s.stop(ctx)
+	if err := s.stop(ctx); err != nil {
+		return err
+	}
+	if err := s.CheckGit(); err != nil {
+		return fmt.Errorf("stopped %s, but: %w", s.name, err)
+	}
+	return nil
 }
 
 func (s *Sandbox) stop(ctx context.Context) error {

@@ -64,6 +64,9 @@ size it had when it was opened.
 			if err := sb.CheckReady(ctx); err != nil {
 				return err
 			}
+			if err := sb.CheckGit(); err != nil {
+				return err
+			}
 			c := sb.Client()
 			defer c.Close()
 			if dstIn {

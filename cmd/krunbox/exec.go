@@ -37,6 +37,9 @@ Flags go before NAME: everything after it is the command.`,
 			if err != nil {
 				return err
 			}
+			if err := sb.CheckGit(); err != nil {
+				return err
+			}
 			argv := args[1:]
 			if argv[0] == "--" && len(argv) > 1 {
 				argv = argv[1:]

@@ -21,9 +21,13 @@ type inspectJSON struct {
 	Mounts []hostapi.Mount   `json:"mounts"`
 	Image  hostapi.ImageInfo `json:"image"`
 	// Root says how the sandbox's root file system is made.
-	Root   hostapi.RootInfo `json:"root"`
-	Status *hostapi.Status  `json:"status"`
-	Paths  inspectPathsJSON `json:"paths"`
+	Root hostapi.RootInfo `json:"root"`
+	// Git says how the hooks and config the host's git runs are kept from
+	// the guest, and, where they could not be made read-only, what the
+	// guest changed.
+	Git    *hostapi.GitProtection `json:"git"`
+	Status *hostapi.Status        `json:"status"`
+	Paths  inspectPathsJSON       `json:"paths"`
 }
 
 type inspectPathsJSON struct {
@@ -47,8 +51,12 @@ func newInspectCmd(s *streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			git, err := sb.GitProtection()
+			if err != nil {
+				return err
+			}
 			out := inspectJSON{
-				Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Root: sb.Root(), Status: st,
+				Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Root: sb.Root(), Git: git, Status: st,
 				Paths: inspectPathsJSON{
 					Dir: sb.Dir(), Socket: sb.SocketPath(), Console: sb.ConsolePath(),
 					RunnerLog: filepath.Join(sb.Dir(), vmm.LogFile),

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,6 +59,9 @@ type sandboxFlags struct {
 	user      string
 	ports     []string
 	labels    []string
+	// gitWritable is --git-writable, over the configuration's
+	// git_writable.
+	gitWritable bool
 	// configured are the flags with a configuration key.
 	configured []configFlag
 }
@@ -87,6 +91,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	add("pull_policy", "pull", "when to pull the image: if-missing, always or never")
 	add("platform", "platform", "image platform, e.g. linux/arm64; default: the host's")
 	add("root", "root", "root file system: auto (an overlay where the host allows it, else a copy of the image), overlay or copy")
+	fl.BoolVar(&f.gitWritable, "git-writable", false, "let the guest change the hooks and config your git runs in the workspace's .git, read-only by default (config git_writable)")
 	if idle {
 		add("idle_timeout", "idle-timeout", "stop the VM after this long without exec or file activity, e.g. 30m; 0 never")
 	}
@@ -100,6 +105,11 @@ func (f *sandboxFlags) config(cmd *cobra.Command, uc *userconfig.Config, image s
 			if err := uc.Set(c.key, *c.value, "flag --"+c.flag); err != nil {
 				return hostapi.Config{}, &usageError{err: err}
 			}
+		}
+	}
+	if cmd.Flags().Changed("git-writable") {
+		if err := uc.Set("git_writable", strconv.FormatBool(f.gitWritable), "flag --git-writable"); err != nil {
+			return hostapi.Config{}, &usageError{err: err}
 		}
 	}
 	if image == "" {
@@ -119,6 +129,7 @@ func (f *sandboxFlags) config(cmd *cobra.Command, uc *userconfig.Config, image s
 		IdleTimeout: uc.IdleTimeout,
 		Env:         append([]string(nil), uc.Env...),
 		Root:        hostapi.RootKind(uc.Root),
+		GitWritable: uc.GitWritable,
 	}
 	env, err := parseEnv(f.env)
 	if err != nil {

@@ -25,18 +25,27 @@ import (
 // of their errors.
 
 // client returns the agent client of a sandbox, or a not-ready error when
-// there is no such sandbox. A client is made once per sandbox and kept: it
+// there is no such sandbox or when git hooks or config that the guest
+// could write changed (hostapi.Sandbox.CheckGit). A client is made once per sandbox and kept: it
 // connects again by itself after its VM restarted.
 func (s *server) client(ctx context.Context, name string) (*hostapi.Client, error) {
+	sb, err := s.host.Get(name)
+	if err != nil {
+		return nil, s.notReady(ctx, name, err)
+	}
+	// Checked at every call: git's hooks and config changed where they
+	// could not be read-only stop the sandbox's use until reviewed.
+	var gc *hostapi.GitChangedError
+	if err := sb.CheckGit(); errors.As(err, &gc) {
+		return nil, newError(codeNotReady, map[string]any{"hint": gc.Hint()}, "%v", err)
+	} else if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	c := s.clients[name]
 	s.mu.Unlock()
 	if c != nil {
 		return c, nil
-	}
-	sb, err := s.host.Get(name)
-	if err != nil {
-		return nil, s.notReady(ctx, name, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

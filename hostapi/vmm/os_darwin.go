@@ -81,3 +81,12 @@ func shortSocketPath(p string) (string, error) {
 	}
 	return "", fmt.Errorf("unix socket path %s is longer than %d bytes; use a shorter state directory (KRUNBOX_HOME)", p, maxSocketPath)
 }
+
+// protectPaths: macOS has no mount namespaces, so paths cannot be
+// protected (see ProtectsPaths).
+func protectPaths(paths []Protect, _ bool) error {
+	if len(paths) > 0 {
+		return errors.New("protected paths need Linux's mount namespaces")
+	}
+	return nil
+}

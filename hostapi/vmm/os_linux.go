@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 func selfExe() string { return "/proc/self/exe" }
@@ -67,6 +69,21 @@ func setupRoot(r Root, namespaces bool) error {
 	}
 	if err != nil {
 		return fmt.Errorf("mount overlay on %s (%s): %w", r.Merged, opts, err)
+	}
+	return nil
+}
+
+// protectPaths mounts each path over itself, read-only unless Writable,
+// in the runner's mount namespace: the guest's shares see those mounts and
+// the guest cannot undo them. Without that namespace it fails.
+func protectPaths(paths []Protect, namespaces bool) error {
+	if len(paths) > 0 && !namespaces {
+		return errors.New("protected paths need the runner's mount namespace, which it does not have")
+	}
+	for _, p := range paths {
+		if err := confine.BindOver(p.Path, !p.Writable); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -62,6 +62,7 @@ func TestRealLibkrun(t *testing.T) {
 		{"VsockGuestDials", TestVsockGuestDials},
 		{"FilesPlacedWithoutTouchingTheImage", TestFilesPlacedWithoutTouchingTheImage},
 		{"SharesUnderTheDouble", TestSharesUnderTheDouble},
+		{"ProtectedPaths", TestProtectedPaths},
 	} {
 		t.Run(sc.name, sc.run)
 	}

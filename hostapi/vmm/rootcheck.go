@@ -94,3 +94,11 @@ func namespacesUnavailable(root Root) error {
 	}
 	return checkNamespaces()
 }
+
+// ProtectsPaths reports whether a runner for root gets the mount
+// namespace in which it mounts Spec.Protect: on Linux where namespaces are
+// available (always for an overlay root, which fails to start without
+// them); never on macOS. Without it, give the spec no protected paths.
+func ProtectsPaths(root Root) bool {
+	return runtime.GOOS == "linux" && namespacesUnavailable(root) == nil
+}

@@ -111,6 +111,9 @@ func runnerMain(dir string) int {
 	if err := setupRoot(spec.Root, namespaces); err != nil {
 		return fail("root filesystem: %v", err)
 	}
+	if err := protectPaths(spec.Protect, namespaces); err != nil {
+		return fail("protect paths in the shares: %v", err)
+	}
 	if err := raiseNofile(); err != nil {
 		return fail("raise RLIMIT_NOFILE: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,6 +26,14 @@ type Spec struct {
 	// Shares are host directories shared with the guest over virtio-fs.
 	// The guest mounts them itself (the agent does, from its config).
 	Shares []Share `json:"shares,omitempty"`
+	// Protect are paths within Shares that the runner mounts over
+	// themselves in its mount namespace before the VM starts, where the
+	// guest's share sees them and the guest cannot undo them: read-only,
+	// or read-write to pin them in place (a mount point cannot be renamed
+	// or removed). They are mounted in order, so a parent comes before
+	// what it holds. A runner without its mount namespace refuses to start
+	// with any (see ProtectsPaths).
+	Protect []Protect `json:"protect,omitempty"`
 	// Exec is the program libkrun's init runs in the guest.
 	Exec Exec `json:"exec"`
 	// Workdir is the program's working directory in the guest; libkrun
@@ -91,6 +100,16 @@ type Share struct {
 	HostPath string `json:"host_path"`
 	// ReadOnly makes the share read-only (libkrun 1.18 or later).
 	ReadOnly bool `json:"read_only,omitempty"`
+}
+
+// Protect is a host path, a directory or a regular file within a share,
+// that the guest may not replace, nor write unless Writable.
+type Protect struct {
+	// Path is absolute, clean and without symlinks; the runner refuses
+	// one that has any.
+	Path string `json:"path"`
+	// Writable pins Path without making it read-only.
+	Writable bool `json:"writable,omitempty"`
 }
 
 // Exec is the program the guest runs.
@@ -218,6 +237,16 @@ func (s *Spec) Validate() error {
 		abs("share "+sh.Tag, sh.HostPath)
 	}
 
+	for _, p := range s.Protect {
+		if !filepath.IsAbs(p.Path) || filepath.Clean(p.Path) != p.Path {
+			bad("protected path %q: want a clean absolute path", p.Path)
+			continue
+		}
+		if !slices.ContainsFunc(s.Shares, func(sh Share) bool { return within(sh.HostPath, p.Path) }) {
+			bad("protected path %s: not within a share", p.Path)
+		}
+	}
+
 	cmdline := 0
 	if s.Exec.Path == "" {
 		bad("exec: no program")
@@ -309,6 +338,11 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("invalid VM spec: %w", err)
 	}
 	return nil
+}
+
+// within reports whether path is dir or below it; both clean and absolute.
+func within(dir, path string) bool {
+	return dir == "/" || path == dir || strings.HasPrefix(path, dir+"/")
 }
 
 // krunRlimits converts the limits to libkrun's numeric form.

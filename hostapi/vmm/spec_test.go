@@ -29,6 +29,18 @@ func TestSpecValidate(t *testing.T) {
 		{"long tag", func(s *Spec) { s.Shares = []Share{{Tag: strings.Repeat("t", 37), HostPath: "/h"}} }, "want 1 to 36 bytes"},
 		{"root tag", func(s *Spec) { s.Shares = []Share{{Tag: "/dev/root", HostPath: "/h"}} }, "share tag"},
 		{"duplicate tag", func(s *Spec) { s.Shares = []Share{{Tag: "a", HostPath: "/h"}, {Tag: "a", HostPath: "/i"}} }, "used twice"},
+		{"protected path in a share", func(s *Spec) {
+			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
+			s.Protect = []Protect{{Path: "/h/.git", Writable: true}, {Path: "/h/.git/hooks"}}
+		}, ""},
+		{"protected path outside the shares", func(s *Spec) {
+			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
+			s.Protect = []Protect{{Path: "/hh/.git/hooks"}}
+		}, "not within a share"},
+		{"unclean protected path", func(s *Spec) {
+			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
+			s.Protect = []Protect{{Path: "/h/x/../../etc"}}
+		}, "clean absolute"},
 		{"no program", func(s *Spec) { s.Exec.Path = "" }, "no program"},
 		{"space in program", func(s *Spec) { s.Exec.Path = "/bin/my prog" }, "spaces"},
 		{"quote in argument", func(s *Spec) { s.Exec.Args = []string{`say "hi"`} }, `cannot pass '"'`},

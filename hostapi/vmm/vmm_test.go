@@ -840,6 +840,88 @@ func TestShareThroughASymlinkIsRefused(t *testing.T) {
 	}
 }
 
+// Protected paths are mounts the runner makes under a share, in its own
+// mount namespace: the guest cannot write a read-only one nor rename a
+// pinned one, writes elsewhere in the share work, and the caller's mount
+// namespace never sees them. A symlink planted at a protected path, or a
+// runner without its namespace, fails the start.
+func TestProtectedPaths(t *testing.T) {
+	mnt, script := "/dev/.testkrun/virtiofs", ""
+	if realLib != "" {
+		mnt, script = "/mnt", "mkdir -p /mnt/rw; mount -t virtiofs rw /mnt/rw; "
+	}
+	script += strings.ReplaceAll(`cd MNT/rw;
+echo evil > g/hooks/pre-commit || echo hook-refused;
+echo evil >> g/config || echo config-refused;
+echo evil > g/config.new && mv g/config.new g/config || echo rename-refused;
+rm -r g/hooks || echo rmdir-refused;
+mv g g2 || echo mv-refused;
+echo obj > g/objects/o && echo obj-written`, "MNT", mnt)
+	script = strings.ReplaceAll(script, "\n", " ")
+	spec, dir := shellSpec(t, script)
+	rw := t.TempDir()
+	g := filepath.Join(rw, "g")
+	for _, d := range []string{"hooks", "objects"} {
+		if err := os.MkdirAll(filepath.Join(g, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(g, "config"), []byte("[core]\n"), 0o644)
+	spec.Shares = []Share{{Tag: "rw", HostPath: rw}}
+	spec.Protect = []Protect{{Path: g, Writable: true}, {Path: filepath.Join(g, "hooks")}, {Path: filepath.Join(g, "config")}}
+	if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
+		t.Fatalf("exit %v: %s", es, readFile(t, spec.ConsoleLog))
+	}
+	out := readFile(t, spec.ConsoleLog)
+	for _, want := range []string{"hook-refused", "config-refused", "rename-refused", "rmdir-refused", "mv-refused", "obj-written"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("console lacks %q: %q", want, out)
+		}
+	}
+	if got := readFile(t, filepath.Join(g, "config")); got != "[core]\n" {
+		t.Errorf("config on the host: %q", got)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(g, "hooks")); len(ents) != 0 {
+		t.Errorf("hooks on the host: %v", ents)
+	}
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), g) {
+		t.Errorf("the caller's mount namespace has the protecting mounts:\n%s", b)
+	}
+
+	t.Run("symlink planted", func(t *testing.T) {
+		skipIfReal(t)
+		spec, dir := shellSpec(t, "echo booted")
+		rw := t.TempDir()
+		os.Mkdir(filepath.Join(rw, "elsewhere"), 0o755)
+		os.Symlink("elsewhere", filepath.Join(rw, "hooks"))
+		spec.Shares = []Share{{Tag: "rw", HostPath: rw}}
+		spec.Protect = []Protect{{Path: filepath.Join(rw, "hooks")}}
+		_, err := Start(t.Context(), dir, spec)
+		var se *StartError
+		if !errors.As(err, &se) || !strings.Contains(se.Log, "symlink") {
+			t.Fatalf("start with a symlink at a protected path: %v, want a StartError naming the symlink", err)
+		}
+	})
+	t.Run("no namespaces", func(t *testing.T) {
+		skipIfReal(t)
+		saved := checkNamespaces
+		checkNamespaces = func() error { return errors.New("simulated") }
+		t.Cleanup(func() { checkNamespaces = saved })
+		spec, dir := shellSpec(t, "echo booted")
+		if ProtectsPaths(spec.Root) {
+			t.Error("ProtectsPaths without namespaces")
+		}
+		rw := t.TempDir()
+		spec.Shares = []Share{{Tag: "rw", HostPath: rw}}
+		spec.Protect = []Protect{{Path: rw, Writable: true}}
+		_, err := Start(t.Context(), dir, spec)
+		var se *StartError
+		if !errors.As(err, &se) || !strings.Contains(se.Log, "mount namespace") {
+			t.Fatalf("start with protected paths and no namespaces: %v, want a StartError", err)
+		}
+	})
+}
+
 func TestProbe(t *testing.T) {
 	skipIfReal(t)
 	r, err := Probe(t.Context(), testkrun.Library(t))

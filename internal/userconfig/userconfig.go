@@ -49,6 +49,9 @@ type Config struct {
 	// Root is how a new sandbox's root file system is made: "auto" (an
 	// overlay where the host allows it, else a copy), "overlay" or "copy".
 	Root string
+	// GitWritable lets the guest of a new sandbox change the hooks and
+	// config that the host's git runs or obeys (hostapi.Config.GitWritable).
+	GitWritable bool
 
 	sources map[string]string
 }
@@ -120,6 +123,16 @@ var settings = []setting{
 	{"root", "KRUNBOX_ROOT", "root file system of new sandboxes: auto (an overlay where the host allows it, else a copy), overlay or copy",
 		func(c *Config, v string) error { return oneOf(&c.Root, v, "auto", "overlay", "copy") },
 		func(c *Config) string { return c.Root }},
+	{"git_writable", "KRUNBOX_GIT_WRITABLE", "let the guest change the hooks and config your git runs in the workspace's .git (default false: read-only)",
+		func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("want true or false, got %q", v)
+			}
+			c.GitWritable = b
+			return nil
+		},
+		func(c *Config) string { return strconv.FormatBool(c.GitWritable) }},
 }
 
 // Defaults returns the built-in configuration.
@@ -209,6 +222,8 @@ func fileValue(v any) (string, error) {
 		return v, nil
 	case int64:
 		return strconv.FormatInt(v, 10), nil
+	case bool:
+		return strconv.FormatBool(v), nil
 	case []any:
 		parts := make([]string, 0, len(v))
 		for _, e := range v {

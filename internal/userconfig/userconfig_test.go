@@ -37,6 +37,7 @@ cpus = 4
 memory = "4GiB"
 idle_timeout = "30m"
 env = ["A=1", "B=two words"]
+git_writable = true
 `)
 	c, err := Load(dir, env(map[string]string{"KRUNBOX_CPUS": "8", "KRUNBOX_NETWORK": "none"}))
 	if err != nil {
@@ -55,6 +56,7 @@ env = ["A=1", "B=two words"]
 		{"idle_timeout", path, c.IdleTimeout == 30*time.Minute},
 		{"stop_timeout", "default", c.StopTimeout == 10*time.Second},
 		{"env", path, strings.Join(c.Env, "|") == "A=1|B=two words"},
+		{"git_writable", path, c.GitWritable},
 	}
 	for _, ck := range checks {
 		if !ck.ok {
@@ -99,6 +101,8 @@ func TestErrorsNameTheCulprit(t *testing.T) {
 		{"duration", "", map[string]string{"KRUNBOX_IDLE_TIMEOUT": "-1s"}, []string{"KRUNBOX_IDLE_TIMEOUT", "duration"}},
 		{"env entry", "env = [\"NOEQUALS\"]\n", nil, []string{"KEY=VALUE"}},
 		{"env comma", "env = [\"A=1,2\"]\n", nil, []string{"comma"}},
+		{"git_writable", "git_writable = \"maybe\"\n", nil, []string{"git_writable", "true or false"}},
+		{"git_writable env", "", map[string]string{"KRUNBOX_GIT_WRITABLE": "sometimes"}, []string{"KRUNBOX_GIT_WRITABLE", "true or false"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,337 @@
+package hostapi
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/krunbox/krunbox/hostapi/vmm"
+)
+
+// makeTree writes files (path: content; a path ending in "/" is a
+// directory, content "->X" a symlink to X) below dir.
+func makeTree(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch c := files[n]; {
+		case strings.HasSuffix(n, "/"):
+			err = os.MkdirAll(p, 0o755)
+		case strings.HasPrefix(c, "->"):
+			err = os.Symlink(c[2:], p)
+		default:
+			err = os.WriteFile(p, []byte(c), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// protects renders a plan as "path" (read-only) and "path (pinned)",
+// relative to dir.
+func protects(dir string, plan []vmm.Protect) []string {
+	var out []string
+	for _, p := range plan {
+		rel, _ := filepath.Rel(dir, p.Path)
+		if p.Writable {
+			rel += " (pinned)"
+		}
+		out = append(out, rel)
+	}
+	return out
+}
+
+func TestPlanGit(t *testing.T) {
+	tests := []struct {
+		name    string
+		files   map[string]string
+		mounts  func(dir string) []Mount
+		want    []string
+		wantErr string
+		made    []string // created empty by the plan
+	}{
+		{
+			name:  "ordinary repository",
+			files: map[string]string{"ws/.git/HEAD": "ref: refs/heads/main\n", "ws/.git/config": "[core]\n", "ws/.git/hooks/pre-commit.sample": "#!/bin/sh\n", "ws/.git/objects/": ""},
+			want:  []string{"ws/.git (pinned)", "ws/.git/config", "ws/.git/hooks"},
+		},
+		{
+			name:  "missing hooks and config are made empty first",
+			files: map[string]string{"ws/.git/HEAD": "ref: refs/heads/main\n"},
+			want:  []string{"ws/.git (pinned)", "ws/.git/config", "ws/.git/hooks"},
+			made:  []string{"ws/.git/hooks", "ws/.git/config"},
+		},
+		{
+			name:  "not a checkout",
+			files: map[string]string{"ws/f": "x"},
+		},
+		{
+			name: "worktree",
+			files: map[string]string{
+				"repo/.git/HEAD": "ref: refs/heads/main\n", "repo/.git/config": "[core]\n\tbare = false\n[extensions]\n\tworktreeConfig = true\n",
+				"repo/.git/hooks/": "", "repo/.git/worktrees/ws/HEAD": "x", "repo/.git/worktrees/ws/commondir": "../..\n",
+				"ws/.git": "gitdir: ../repo/.git/worktrees/ws\n",
+			},
+			mounts: func(dir string) []Mount {
+				return []Mount{{HostPath: filepath.Join(dir, "ws")}, {HostPath: filepath.Join(dir, "repo/.git")}}
+			},
+			// The common directory is a share's root: nothing to pin.
+			want: []string{"repo/.git/config", "repo/.git/config.worktree", "repo/.git/hooks", "repo/.git/worktrees/ws (pinned)", "repo/.git/worktrees/ws/config.worktree", "ws/.git"},
+			made: []string{"repo/.git/config.worktree", "repo/.git/worktrees/ws/config.worktree"},
+		},
+		{
+			name: "submodules, nested, with their checkouts' .git files",
+			files: map[string]string{
+				"ws/.git/HEAD": "x", "ws/.git/config": "", "ws/.git/hooks/": "",
+				"ws/.git/modules/lib/a/HEAD": "x", "ws/.git/modules/lib/a/config": "[core]\n\tworktree = ../../../../lib/a\n",
+				"ws/.git/modules/lib/a/modules/b/HEAD": "x", "ws/.git/modules/lib/a/modules/b/config": "[core]\n\tworktree = ../../../../../../lib/a/b\n",
+				"ws/lib/a/.git": "gitdir: ../../.git/modules/lib/a\n", "ws/lib/a/b/.git": "gitdir: ../../../.git/modules/lib/a/modules/b\n",
+			},
+			want: []string{
+				"ws/.git (pinned)", "ws/.git/config", "ws/.git/hooks",
+				"ws/.git/modules/lib/a (pinned)", "ws/.git/modules/lib/a/config", "ws/.git/modules/lib/a/hooks",
+				"ws/.git/modules/lib/a/modules/b (pinned)", "ws/.git/modules/lib/a/modules/b/config", "ws/.git/modules/lib/a/modules/b/hooks",
+				"ws/lib/a/.git", "ws/lib/a/b/.git",
+			},
+		},
+		{
+			name: "hooksPath and includes in the workspace",
+			files: map[string]string{
+				"ws/.git/HEAD": "x", "ws/.git/hooks/": "",
+				"ws/.git/config":      "[core]\n\thooksPath = .githooks\n[include]\n\tpath = ../.gitconfig.local ; a comment\n[includeIf \"gitdir:~/\"]\n\tpath = \"../conf/extra\"\n",
+				"ws/.gitconfig.local": "",
+			},
+			want: []string{"ws/.git (pinned)", "ws/.git/config", "ws/.git/hooks", "ws/.gitconfig.local", "ws/.githooks", "ws/conf/extra"},
+			made: []string{"ws/.githooks", "ws/conf/extra"},
+		},
+		{
+			name:  "hooksPath outside the shares is left alone",
+			files: map[string]string{"ws/.git/HEAD": "x", "ws/.git/hooks/": "", "ws/.git/config": "[core]\n\thooksPath = /nonexistent/hooks\n"},
+			want:  []string{"ws/.git (pinned)", "ws/.git/config", "ws/.git/hooks"},
+		},
+		{
+			name:   "read-only workspace needs nothing",
+			files:  map[string]string{"ws/.git/HEAD": "x", "ws/.git/config": "", "ws/.git/hooks/": ""},
+			mounts: func(dir string) []Mount { return []Mount{{HostPath: filepath.Join(dir, "ws"), ReadOnly: true}} },
+		},
+		{
+			name:    "hooks is a symlink",
+			files:   map[string]string{"elsewhere/": "", "ws/.git/HEAD": "x", "ws/.git/config": "", "ws/.git/hooks": "->../../elsewhere"},
+			wantErr: "symlink",
+		},
+		{
+			name:    "config is a symlink",
+			files:   map[string]string{"elsewhere": "", "ws/.git/HEAD": "x", "ws/.git/config": "->../../elsewhere", "ws/.git/hooks/": ""},
+			wantErr: "symlink",
+		},
+		{
+			name:    ".git is a symlink",
+			files:   map[string]string{"repo/HEAD": "x", "ws/.git": "->../repo"},
+			wantErr: "symlink",
+		},
+		{
+			name:    "hooksPath through a symlink in the workspace",
+			files:   map[string]string{"ws/real/": "", "ws/link": "->real", "ws/.git/HEAD": "x", "ws/.git/hooks/": "", "ws/.git/config": "[core]\n\thooksPath = link/hooks\n"},
+			wantErr: "symlink",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, err := filepath.EvalSymlinks(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			makeTree(t, dir, tt.files)
+			mounts := []Mount{{HostPath: filepath.Join(dir, "ws")}}
+			if tt.mounts != nil {
+				mounts = tt.mounts(dir)
+			}
+			plan, err := planGit(mounts)
+			if tt.wantErr != "" {
+				var pe *gitProtectError
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.As(err, &pe) {
+					t.Fatalf("planGit = %v, %v; want a refusal naming %q", protects(dir, plan), err, tt.wantErr)
+				}
+				if _, err := os.Stat(filepath.Join(dir, "elsewhere", "hooks")); err == nil {
+					t.Error("something was made through the symlink")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := protects(dir, plan); !slices.Equal(got, tt.want) {
+				t.Errorf("planGit:\n got %q\nwant %q", got, tt.want)
+			}
+			for _, m := range tt.made {
+				if _, err := os.Lstat(filepath.Join(dir, m)); err != nil {
+					t.Errorf("%s not made: %v", m, err)
+				}
+			}
+		})
+	}
+}
+
+// gitRepo makes a git repository with one commit and returns its
+// directory, skipping the test without git.
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("needs git")
+	}
+	ws, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "f"}, {"commit", "-q", "-m", "one"}} {
+		if args[0] == "add" {
+			os.WriteFile(filepath.Join(ws, "f"), []byte("x\n"), 0o644)
+		}
+		cmd := exec.Command(git, args...)
+		cmd.Dir = ws
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+ws, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	return ws
+}
+
+// gitFiles reads the files that git runs or obeys in ws/.git.
+func gitFiles(t *testing.T, ws string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	g := filepath.Join(ws, ".git")
+	for _, p := range []string{"config", "hooks"} {
+		filepath.Walk(filepath.Join(g, p), func(path string, fi os.FileInfo, err error) error {
+			if err != nil {
+				out[path] = err.Error()
+				return nil
+			}
+			b, _ := os.ReadFile(path)
+			out[path] = fi.Mode().String() + " " + string(b)
+			return nil
+		})
+	}
+	return out
+}
+
+// The guest's attempts at what the host's git would run.
+const gitAttacks = `cd $WS
+echo 'echo pwned' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && echo hook-written
+printf '[core]\n\tfsmonitor = "echo pwned"\n' >> .git/config && echo config-appended
+echo x > .git/config.new && mv .git/config.new .git/config && echo config-replaced
+rm -rf .git/hooks && ln -s /tmp .git/hooks && echo hooks-symlinked
+mv .git .git2 && mkdir -p .git/hooks && echo moved
+true`
+
+// What git writes in a commit, done by hand (the test image has no git).
+const gitCommitByHand = `cd $WS
+mkdir -p .git/objects/ab && echo blob > .git/objects/ab/cdef && echo obj
+echo 0123 > .git/refs/heads/main.lock && mv .git/refs/heads/main.lock .git/refs/heads/main && echo ref
+echo index > .git/index.lock && mv .git/index.lock .git/index && echo index
+echo log >> .git/logs/HEAD && echo log`
+
+func TestGitReadOnlyInTheGuest(t *testing.T) {
+	ws := gitRepo(t)
+	h, ref := testHost(t)
+	before := gitFiles(t, ws)
+	sb := started(t, h, Config{Image: ref, Workspace: ws})
+	gp, err := sb.GitProtection()
+	if err != nil || gp.Mode != GitMounts || len(gp.Paths) != 3 || len(gp.Changed) != 0 {
+		t.Fatalf("GitProtection = %+v, %v; want read-only mounts of .git, its config and hooks", gp, err)
+	}
+	out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitAttacks)
+	if out != "" {
+		t.Errorf("the guest changed what the host's git runs: %q", out)
+	}
+	if after := gitFiles(t, ws); !maps.Equal(before, after) {
+		t.Errorf("the host's .git changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, ".git2")); err == nil {
+		t.Error("the guest renamed .git")
+	}
+	if out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitCommitByHand); out != "obj\nref\nindex\nlog" {
+		t.Errorf("what a commit writes, from the guest: %q", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, ".git/refs/heads/main")); err != nil || string(b) != "0123\n" {
+		t.Errorf("the guest's ref update on the host: %q, %v", b, err)
+	}
+}
+
+func TestGitWritable(t *testing.T) {
+	ws := gitRepo(t)
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Image: ref, Workspace: ws, GitWritable: true})
+	if gp, err := sb.GitProtection(); err != nil || gp.Mode != GitOff || len(gp.Paths) != 0 {
+		t.Fatalf("GitProtection = %+v, %v; want off", gp, err)
+	}
+	if out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitAttacks); out != "hook-written\nconfig-appended\nconfig-replaced\nhooks-symlinked\nmoved" {
+		t.Errorf("with GitWritable, the guest's writes: %q", out)
+	}
+	if target, err := os.Readlink(filepath.Join(ws, ".git2/hooks")); err != nil || target != "/tmp" {
+		t.Errorf("hooks symlinked by the guest: %q, %v", target, err)
+	}
+}
+
+// Where the runner has no mount namespace, the guest can write git's
+// hooks and config; what it changed is found at stop and at every start,
+// and refused until accepted.
+func TestGitFingerprintFallback(t *testing.T) {
+	ws := gitRepo(t)
+	h, ref := testHost(t)
+	h.protectsPaths = func(vmm.Root) bool { return false }
+	sb := started(t, h, Config{Image: ref, Workspace: ws})
+	if gp, err := sb.GitProtection(); err != nil || gp.Mode != GitFingerprint || len(gp.Changed) != 0 {
+		t.Fatalf("GitProtection = %+v, %v; want a fingerprint and no change", gp, err)
+	}
+	if err := sb.CheckGit(); err != nil {
+		t.Fatalf("CheckGit before any change: %v", err)
+	}
+	run(t, sb, "sh", "-c", "echo 'echo pwned' > "+ws+"/.git/hooks/pre-commit")
+	var ge *GitChangedError
+	if err := sb.CheckGit(); !errors.As(err, &ge) || !slices.Equal(ge.Changed, []string{filepath.Join(ws, ".git/hooks/pre-commit")}) {
+		t.Fatalf("CheckGit after the guest wrote a hook: %v", err)
+	}
+	if err := sb.Stop(t.Context()); !errors.As(err, &ge) {
+		t.Fatalf("Stop after the guest wrote a hook: %v, want a GitChangedError", err)
+	}
+	if err := sb.Start(t.Context()); !errors.As(err, &ge) || !strings.Contains(ge.Hint(), "--accept-git-changes") {
+		t.Fatalf("Start after the guest wrote a hook: %v, want a GitChangedError", err)
+	}
+	if st, _ := sb.Status(t.Context()); st.State != StateStopped {
+		t.Errorf("refused start left the sandbox %s", st.State)
+	}
+	if gp, _ := sb.GitProtection(); !slices.Contains(gp.Changed, filepath.Join(ws, ".git/hooks/pre-commit")) {
+		t.Errorf("GitProtection().Changed = %v", gp.Changed)
+	}
+	if err := sb.AcceptGitChanges(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(t.Context()); err != nil {
+		t.Fatalf("Start once accepted: %v", err)
+	}
+	// Replacing .git shows too.
+	run(t, sb, "sh", "-c", "cd "+ws+" && mv .git .git2 && cp -a .git2 .git")
+	if err := sb.CheckGit(); !errors.As(err, &ge) || !slices.Contains(ge.Changed, filepath.Join(ws, ".git")) {
+		t.Fatalf("CheckGit after the guest replaced .git: %v", err)
+	}
+	sb.Stop(context.Background())
+}
