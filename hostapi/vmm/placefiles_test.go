@@ -76,6 +76,17 @@ func TestPlantedKrunboxLinkIsReplaced(t *testing.T) {
 				}
 				checkVictim(t, victim, before)
 			}
+
+			// Directories where krunbox's files go are replaced too.
+			spec.Exec.Args = []string{"-c", "cat /.krunbox/agent.json; rm -rf /.krunbox; mkdir -p /.krunbox/agent.json/sub /.krunbox/krunbox-agent"}
+			for run := 1; run <= 2; run++ {
+				if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
+					t.Fatalf("directories, run %d: exit %v: %s\nrunner log: %s", run, es, readFile(t, spec.ConsoleLog), readFile(t, filepath.Join(dir, LogFile)))
+				}
+				if got := readFile(t, spec.ConsoleLog); got != "config\n" {
+					t.Errorf("directories, run %d: the guest read %q as its config", run, got)
+				}
+			}
 			if tt.overlay {
 				// The image tree is never written, not even to remove the link.
 				if l, err := os.Readlink(filepath.Join(image, ".krunbox")); err != nil || l != victim {

@@ -262,8 +262,9 @@ func cmpOr(v, def uint32) uint32 {
 // /.krunbox, planted by an image layer or by the guest before this start,
 // must not lead the runner's writes (or its check of the image) anywhere
 // on the host. So the image tree is looked at and the root written below
-// an [os.Root] of each, through package confine: the directories of
-// spec.Files are krunbox's, and anything else in their place is replaced.
+// an [os.Root] of each, through package confine: spec.Files and their
+// directories are krunbox's, and anything else in their place (a link, a
+// directory where a file goes) is replaced.
 func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 	overlay := lib.Has("krun_fs_add_overlay_file") && lib.Has("krun_fs_add_overlay_dir")
 	lowerDir := spec.Root.Path()
@@ -317,6 +318,13 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 		}
 		if err := confine.MkdirAll(root, path.Dir(rel), 0o755, true); err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
+		}
+		// The file replaces whatever is there, but a directory cannot be
+		// renamed over.
+		if fi, err := root.Lstat(rel); err == nil && fi.IsDir() {
+			if err := root.RemoveAll(rel); err != nil {
+				return fmt.Errorf("file %s: %w", f.Path, err)
+			}
 		}
 		if err := confine.WriteFile(root, rel, data, f.Mode.Perm()); err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
