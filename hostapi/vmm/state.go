@@ -153,6 +153,17 @@ func (v *VM) Runner() (*RunnerInfo, error) {
 	return &ri, nil
 }
 
+// CPUTime returns the CPU time (user and system) the running VM's runner
+// process has used: its vCPUs and devices. A VM that uses about one CPU
+// second per second while its guest says nothing is spinning.
+func (v *VM) CPUTime() (time.Duration, error) {
+	ri, err := v.Runner()
+	if err != nil {
+		return 0, err
+	}
+	return processCPUTime(ri.Pid)
+}
+
 // ExitStatus returns how the VM's last run ended, or ErrNotRunning wrapped
 // with an explanation when that is unknown.
 func (v *VM) ExitStatus() (*ExitStatus, error) {
