@@ -161,8 +161,10 @@ func (s *Sandbox) lock(ctx context.Context) (func(), error) {
 // guest agent answers. Concurrent starts of one sandbox, from any process,
 // start one VM. A start that fails says why: what this host lacks to run
 // VMs at all (a *vmm.PreflightError: no KVM, no libkrun), or the runner's
-// exit status and log, the console's last lines, the mounts the guest
-// could not make.
+// exit status and log (with libkrun's warnings and errors), the console's
+// last lines, the mounts the guest could not make. A VM whose agent does
+// not answer within the start timeout is stopped: a *NotReadyError with
+// Stopped set.
 func (s *Sandbox) Start(ctx context.Context) error {
 	unlock, err := s.lock(ctx)
 	if err != nil {
