@@ -117,7 +117,9 @@ func runSuite(t *testing.T, s *suite) {
 
 func (s *suite) doctor(t testing.TB) result {
 	e := &env{t: t, suite: s, home: t.TempDir()}
-	return e.krunbox("doctor")
+	// Its boot check decides whether real VMs start here: a nested VM
+	// (../shared/realvm) takes longer to boot than the default allows.
+	return e.krunbox("doctor", "--boot-timeout", "2m")
 }
 
 // env is one scenario's krunbox installation: its own KRUNBOX_HOME, the

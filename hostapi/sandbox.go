@@ -1,7 +1,6 @@
 package hostapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -22,6 +20,7 @@ import (
 	"github.com/krunbox/krunbox/hostapi/internal/agentbin"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/atomicfile"
+	"github.com/krunbox/krunbox/krun"
 	"github.com/krunbox/krunbox/oci"
 )
 
@@ -165,8 +164,10 @@ func (s *Sandbox) lock(ctx context.Context) (func(), error) {
 // symlink on its way now, refuses the start with an error wrapping
 // ErrInvalidMount, and the sandbox stays as it was. A start that fails
 // says why: what this host lacks to run VMs at all (a *vmm.PreflightError:
-// no KVM, no libkrun), or the runner's exit status and log, the console's
-// last lines, the mounts the guest could not make.
+// no KVM, no libkrun), or the runner's exit status and log (with libkrun's
+// warnings and errors), the console's last lines, the mounts the guest
+// could not make. A VM whose agent does not answer within the start
+// timeout is stopped: a *NotReadyError with Stopped set.
 func (s *Sandbox) Start(ctx context.Context) error {
 	unlock, err := s.lock(ctx)
 	if err != nil {
@@ -218,7 +219,10 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		// Do not leave a VM behind that the caller was told did not start.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		vm.Stop(sctx, time.Second)
+		_, serr := vm.Stop(sctx, time.Second)
+		if nr := (*NotReadyError)(nil); errors.As(err, &nr) && (serr == nil || errors.Is(serr, vmm.ErrNotRunning)) {
+			nr.Stopped = true
+		}
 		var de *DeadError
 		if errors.As(err, &de) {
 			err = s.diagnose(ctx, err)
@@ -277,6 +281,24 @@ func (s *Sandbox) waitReady(ctx context.Context, vm *vmm.VM) (*AgentInfo, error)
 	defer cancel()
 	c := s.Client()
 	defer c.Close()
+	info, err := awaitAgent(ctx, c, vm)
+	switch {
+	case errors.Is(err, errVMEnded):
+		return nil, s.deathError(vm)
+	case err != nil:
+		return nil, &NotReadyError{Name: s.name, Err: fmt.Errorf("the guest agent did not answer within %v: %w", s.host.startTimeout, err),
+			Console: s.consoleTail(), Log: tail(s.RunnerLogPath(), 1024)}
+	}
+	return info, nil
+}
+
+// errVMEnded is returned by awaitAgent when the VM stopped first.
+var errVMEnded = errors.New("the VM ended before its guest agent answered")
+
+// awaitAgent waits until the guest agent behind c answers, returning its
+// hello; errVMEnded when vm stops first; or, when ctx ends first, the last
+// error of the agent's connection.
+func awaitAgent(ctx context.Context, c *Client, vm *vmm.VM) (*AgentInfo, error) {
 	delay := time.Millisecond
 	for {
 		actx, acancel := context.WithTimeout(ctx, time.Second)
@@ -286,28 +308,43 @@ func (s *Sandbox) waitReady(ctx context.Context, vm *vmm.VM) (*AgentInfo, error)
 			return info, nil
 		}
 		if st, serr := vm.State(); serr == nil && st != vmm.StateRunning {
-			return nil, s.deathError(vm)
+			return nil, errVMEnded
 		}
 		select {
 		case <-ctx.Done():
-			return nil, &NotReadyError{Name: s.name, Err: fmt.Errorf("the guest agent did not answer within %v: %w", s.host.startTimeout, err), Console: s.consoleTail()}
+			return nil, err
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 5*time.Millisecond)
 	}
 }
 
-// NotReadyError reports a VM that runs but whose agent does not answer.
+// NotReadyError reports a VM that runs but whose agent does not answer,
+// or, when Stopped, a start whose VM did not reach the agent in time and
+// was stopped.
 type NotReadyError struct {
-	Name    string
-	Err     error
-	Console string
+	Name string
+	Err  error
+	// Log and Console are the last lines of the runner's log (its own and
+	// libkrun's warnings and errors) and of the VM's console.
+	Log, Console string
+	// Stopped says that Start stopped the VM, which did not answer within
+	// the start timeout.
+	Stopped bool
 }
 
 func (e *NotReadyError) Error() string {
 	msg := fmt.Sprintf("sandbox %s is not answering: %v", e.Name, e.Err)
+	if e.Stopped {
+		msg = fmt.Sprintf("sandbox %s did not start, so its VM was stopped: %v", e.Name, e.Err)
+	}
+	if e.Log != "" {
+		msg += "; log: " + e.Log
+	}
 	if e.Console != "" {
 		msg += "; console: " + e.Console
+	} else if e.Stopped {
+		msg += "; the console is empty"
 	}
 	return msg
 }
@@ -316,6 +353,9 @@ func (e *NotReadyError) Unwrap() error { return e.Err }
 
 // Hint says what to do.
 func (e *NotReadyError) Hint() string {
+	if e.Stopped {
+		return fmt.Sprintf("see 'krunbox logs %s' and 'krunbox doctor'; 'krunbox start %s' tries again", e.Name, e.Name)
+	}
 	return fmt.Sprintf("see 'krunbox logs %s'; 'krunbox stop %s' and start it again", e.Name, e.Name)
 }
 
@@ -401,36 +441,10 @@ func (s *Sandbox) CheckReady(ctx context.Context) error {
 
 func (s *Sandbox) deathError(vm *vmm.VM) error {
 	es, _ := vm.ExitStatus()
-	return &DeadError{Name: s.name, Exit: es, Log: tail(s.path(vmm.LogFile), 1024), Console: s.consoleTail()}
+	return &DeadError{Name: s.name, Exit: es, Log: tail(s.RunnerLogPath(), 1024), Console: s.consoleTail()}
 }
 
 func (s *Sandbox) consoleTail() string { return tail(s.ConsolePath(), 1024) }
-
-// tail returns the last lines of a file, at most limit bytes, on one line.
-// It reads those bytes only: the console log holds whatever the guest
-// printed, as much as it likes.
-func tail(path string, limit int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return ""
-	}
-	off := max(0, fi.Size()-int64(limit))
-	b, err := io.ReadAll(io.NewSectionReader(f, off, int64(limit)))
-	if err != nil {
-		return ""
-	}
-	if off > 0 {
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			b = b[i+1:]
-		}
-	}
-	return strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", " | ")), " ")
-}
 
 // vmSpec builds the VM spec: the sandbox's root (the image tree under its
 // writable layer, or its copy of the image), the guest agent and its
@@ -467,6 +481,7 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 		Vsock:      []vmm.VsockPort{{Port: protocol.DefaultPort, HostPath: s.SocketPath(), Listen: true}},
 		Network:    cfg.Network,
 		ConsoleLog: s.ConsolePath(),
+		LogLevel:   krun.LogWarn,
 		Library:    s.host.libkrun,
 	}
 	spec.PortMap = cfg.Ports

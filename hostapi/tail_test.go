@@ -18,7 +18,7 @@ func TestTail(t *testing.T) {
 	}
 	tests := []struct {
 		name, content string
-		limit         int
+		limit         int64
 		want          string
 	}{
 		{"short", "one\ntwo\n", 1024, "one | two"},

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,26 +20,40 @@ import (
 )
 
 func newDoctorCmd(s *streams) *cobra.Command {
-	return &cobra.Command{
+	var o doctorOptions
+	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check that this machine can run krunbox VMs",
 		Long: `doctor checks what krunbox needs to run VMs: the platform, the hypervisor
 (/dev/kvm), the namespaces and overlay mount of sandbox roots (Linux),
 libkrun and libkrunfw, a libkrun context, the macOS entitlement, the state
-directory and the guest agent. Each line says ✓ or ✗ and, for ✗, how to
-fix it. doctor exits with 1 when "krunbox run" cannot work; a ✗ marked
-optional only makes krunbox slower.
+directory and the guest agent. Then, unless --quick, it boots a minimal VM
+(libkrunfw's kernel, the guest agent, an empty root) and waits for its
+agent, at most --boot-timeout: a /dev/kvm that opens may still be unable
+to run a guest (PVM, nested virtualization without hardware support), and
+only a boot shows it. Each line says ✓ or ✗ and, for ✗, how to fix it.
+doctor exits with 1 when "krunbox run" cannot work; a ✗ marked optional
+only makes krunbox slower.
 
 libkrun is loaded in a separate process, so a library that crashes cannot
 take doctor down. KRUNBOX_LIBKRUN names the libkrun file to check.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !doctor(cmd.Context(), s.out) {
+			if !doctor(cmd.Context(), s.out, o) {
 				return exitStatus(1)
 			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&o.quick, "quick", false, "skip booting a VM")
+	cmd.Flags().DurationVar(&o.bootTimeout, "boot-timeout", hostapi.DefaultBootTimeout, "how long the boot check waits for the VM's agent before stopping it")
+	return cmd
+}
+
+// doctorOptions are doctor's flags.
+type doctorOptions struct {
+	quick       bool
+	bootTimeout time.Duration
 }
 
 // checkList prints check results and remembers whether a required one
@@ -55,11 +70,19 @@ func (c *checkList) ok(name, format string, a ...any) {
 // bad reports a failed check with its fix; required failures make run
 // impossible.
 func (c *checkList) bad(required bool, name string, err error, fix string) {
+	c.badCause(required, name, err, "", fix)
+}
+
+// badCause is bad with the likely cause of the failure.
+func (c *checkList) badCause(required bool, name string, err error, cause, fix string) {
 	msg := err.Error()
 	if !required {
 		msg += " (optional)"
 	}
 	fmt.Fprintf(c.w, "✗ %s: %s\n", name, msg)
+	if cause != "" {
+		fmt.Fprintf(c.w, "    likely cause: %s\n", cause)
+	}
 	if fix != "" {
 		fmt.Fprintf(c.w, "    fix: %s\n", fix)
 	}
@@ -76,7 +99,7 @@ func hintOf(err error) string {
 
 // doctor runs every check, printing one line each, and reports whether
 // "krunbox run" can work.
-func doctor(ctx context.Context, w io.Writer) bool {
+func doctor(ctx context.Context, w io.Writer, o doctorOptions) bool {
 	c := &checkList{w: w}
 
 	platform := runtime.GOOS + "/" + runtime.GOARCH
@@ -125,7 +148,34 @@ func doctor(ctx context.Context, w io.Writer) bool {
 	} else {
 		c.ok("guest agent", "linux/%s, %s (%d KiB)", runtime.GOARCH, src, size/1024)
 	}
+	if !o.quick {
+		doctorBoot(ctx, c, o.bootTimeout)
+	}
 	return !c.failed
+}
+
+// doctorBoot boots a minimal VM and reports whether its agent answered.
+func doctorBoot(ctx context.Context, c *checkList, timeout time.Duration) {
+	if c.failed {
+		fmt.Fprintf(c.w, "- boot: not tried, a VM cannot start before the ✗ above are fixed\n")
+		return
+	}
+	h, err := hostapi.NewHost()
+	if err != nil {
+		c.bad(true, "boot", err, "")
+		return
+	}
+	r, err := h.CheckBoot(ctx, timeout)
+	if err != nil {
+		var be *hostapi.BootError
+		if errors.As(err, &be) {
+			c.badCause(true, "boot", err, be.Cause, be.Hint())
+		} else {
+			c.bad(true, "boot", err, "")
+		}
+		return
+	}
+	c.ok("boot", "a VM boots and answers in %d ms", r.Ready.Milliseconds())
 }
 
 // doctorNamespaces reports whether sandbox roots can be overlays: whether

@@ -7,27 +7,29 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/testutil/agenttest"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
 	"github.com/krunbox/krunbox/krun"
 )
 
 // doctorEnv gives doctor a working machine: the test double, a stand-in KVM
-// device, an agent binary and a fresh state directory.
+// device, the agent built by TestMain and a fresh state directory.
 func doctorEnv(t *testing.T) {
 	t.Helper()
+	if err := vmm.CheckNamespaces(); err != nil {
+		t.Skipf("the libkrun test double, which doctor's boot check starts, needs namespaces: %v", err)
+	}
 	dir := t.TempDir()
 	kvm := filepath.Join(dir, "kvm")
-	agent := filepath.Join(dir, "agent")
-	for _, f := range []string{kvm, agent} {
-		if err := os.WriteFile(f, []byte("stand-in"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.WriteFile(kvm, []byte("stand-in"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	t.Setenv(krun.LibraryEnv, testkrun.Library(t))
 	t.Setenv(vmm.KVMDeviceEnv, kvm)
-	t.Setenv("KRUNBOX_AGENT", agent)
+	t.Setenv("KRUNBOX_AGENT", agenttest.Binary())
 	t.Setenv("KRUNBOX_HOME", filepath.Join(dir, "home"))
 }
 
@@ -37,7 +39,7 @@ func TestDoctorAllGood(t *testing.T) {
 	if code != 0 || strings.Contains(out, "✗") {
 		t.Fatalf("doctor: code %d\n%s%s", code, out, errOut)
 	}
-	for _, want := range []string{"✓ platform", "✓ hypervisor", "✓ libkrun: ", "test double", "✓ libkrun context", "✓ state directory", "✓ guest agent"} {
+	for _, want := range []string{"✓ platform", "✓ hypervisor", "✓ libkrun: ", "test double", "✓ libkrun context", "✓ state directory", "✓ guest agent", "✓ boot: a VM boots and answers in "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}
@@ -48,16 +50,19 @@ func TestDoctorReportsProblemsWithFixes(t *testing.T) {
 	tests := []struct {
 		name  string
 		env   map[string]string
+		args  []string
 		want  []string
 		fatal bool
 	}{
-		{"no KVM under the test double", map[string]string{vmm.KVMDeviceEnv: "/nonexistent/kvm"},
+		// --quick: KRUNBOX_KVM_DEVICE makes the runner check the device
+		// even under the double, so a VM could not boot.
+		{"no KVM under the test double", map[string]string{vmm.KVMDeviceEnv: "/nonexistent/kvm"}, []string{"--quick"},
 			[]string{"✗ hypervisor: cannot use KVM", "not needed by the test double", "fix: no /nonexistent/kvm"}, false},
-		{"missing libkrun", map[string]string{krun.LibraryEnv: "/nonexistent/libkrun.so.1"},
-			[]string{"✗ libkrun: load libkrun: /nonexistent/libkrun.so.1", "fix: install libkrun"}, true},
-		{"no agent", map[string]string{"KRUNBOX_AGENT": "/nonexistent/agent"},
+		{"missing libkrun", map[string]string{krun.LibraryEnv: "/nonexistent/libkrun.so.1"}, nil,
+			[]string{"✗ libkrun: load libkrun: /nonexistent/libkrun.so.1", "fix: install libkrun", "- boot: not tried"}, true},
+		{"no agent", map[string]string{"KRUNBOX_AGENT": "/nonexistent/agent"}, nil,
 			[]string{"✗ guest agent: KRUNBOX_AGENT"}, true},
-		{"unwritable state", map[string]string{"KRUNBOX_HOME": "/proc/krunbox"},
+		{"unwritable state", map[string]string{"KRUNBOX_HOME": "/proc/krunbox"}, nil,
 			[]string{"✗ state directory", "fix: make /proc/krunbox/state writable"}, true},
 	}
 	for _, tt := range tests {
@@ -66,7 +71,7 @@ func TestDoctorReportsProblemsWithFixes(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			code, out, _ := runCLI(t, "doctor")
+			code, out, _ := runCLI(t, append([]string{"doctor"}, tt.args...)...)
 			if (code != 0) != tt.fatal {
 				t.Errorf("exit code %d, want failure %v", code, tt.fatal)
 			}
@@ -74,6 +79,55 @@ func TestDoctorReportsProblemsWithFixes(t *testing.T) {
 				if !strings.Contains(out, w) {
 					t.Errorf("output lacks %q:\n%s", w, out)
 				}
+			}
+		})
+	}
+}
+
+// doctor boots a VM: on a /dev/kvm that opens but cannot run the guest
+// (TESTKRUN_NO_BOOT, what libkrun does on PVM) it says ✗ with what was
+// seen, the likely cause this host shows and a fix, within --boot-timeout;
+// --quick skips the boot.
+func TestDoctorBootCheck(t *testing.T) {
+	cause := vmm.DescribeKVM().LikelyCause()
+	tests := []struct {
+		name, noBoot string
+		args         []string
+		want, not    []string
+		fatal        bool
+	}{
+		{"dies silently", "exit", nil,
+			[]string{"✗ boot: the VM ended (exit code 1) after ", "nothing on its console", "ERROR krun_vmm::linux::vstate] Received KVM_EXIT_INTERNAL_ERROR signal", "    fix: "},
+			nil, true},
+		{"never answers", "hang", []string{"--boot-timeout", "2s"},
+			[]string{"✗ boot: no answer from the guest agent within 2s; the VM was stopped", "libkrun logged nothing", "    fix: "},
+			nil, true},
+		{"quick", "hang", []string{"--quick"}, []string{"✓ guest agent"}, []string{"boot"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doctorEnv(t)
+			t.Setenv("TESTKRUN_NO_BOOT", tt.noBoot)
+			begin := time.Now()
+			code, out, errOut := runCLI(t, append([]string{"doctor"}, tt.args...)...)
+			if (code != 0) != tt.fatal {
+				t.Errorf("exit code %d, want failure %v:\n%s%s", code, tt.fatal, out, errOut)
+			}
+			if took := time.Since(begin); took > 20*time.Second {
+				t.Errorf("doctor took %v", took)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tt.not {
+				if strings.Contains(out, w) {
+					t.Errorf("output has %q:\n%s", w, out)
+				}
+			}
+			if tt.fatal && cause != "" && !strings.Contains(out, "    likely cause: "+cause+"\n") {
+				t.Errorf("output lacks the likely cause on this host (%s):\n%s", cause, out)
 			}
 		})
 	}

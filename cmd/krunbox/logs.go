@@ -23,8 +23,10 @@ func newLogsCmd(s *streams) *cobra.Command {
 		Use:   "logs [-f] NAME",
 		Short: "Print a sandbox's console log",
 		Long: `logs prints the console of the sandbox's last boot: the kernel's and init's
-messages and what the guest agent logs (mounts, failures). With -f it keeps
-printing what comes until the VM stops.`,
+messages and what the guest agent logs (mounts, failures). On stderr it
+prints the VM runner's log of that boot: libkrun's warnings and errors
+(why a VM died) and the runner's own messages. With -f it keeps printing
+what comes until the VM stops.`,
 		Args: exactArgs(1, "a sandbox name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sb, err := openSandbox(args[0])
@@ -32,17 +34,12 @@ printing what comes until the VM stops.`,
 				return err
 			}
 			if follow {
-				return followLogs(cmd.Context(), sb, s.out)
+				return followLogs(cmd.Context(), sb, s.out, s.errOut)
 			}
-			f, err := sb.Logs()
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // never started: no console yet
-			}
-			if err != nil {
+			if _, err := copyFrom(sb.ConsolePath(), 0, s.out); err != nil {
 				return err
 			}
-			defer f.Close()
-			_, err = io.Copy(s.out, f)
+			_, err = copyFrom(sb.RunnerLogPath(), 0, s.errOut)
 			return err
 		},
 	}
@@ -50,12 +47,13 @@ printing what comes until the VM stops.`,
 	return cmd
 }
 
-// followLogs copies the console log to w as it grows, until the VM is not
-// running and everything it wrote has been copied, or ctx ends. A console
-// started again (a new boot truncates it) is followed from its start.
-func followLogs(ctx context.Context, sb *hostapi.Sandbox, w io.Writer) error {
+// followLogs copies the console log to w and the runner's log to errW as
+// they grow, until the VM is not running and everything written has been
+// copied, or ctx ends. A log started again (a new boot truncates it) is
+// followed from its start.
+func followLogs(ctx context.Context, sb *hostapi.Sandbox, w, errW io.Writer) error {
 	vm := vmm.Open(sb.Dir())
-	var offset int64
+	var offset, logOffset int64
 	tick := time.NewTicker(followPoll)
 	defer tick.Stop()
 	for {
@@ -66,6 +64,9 @@ func followLogs(ctx context.Context, sb *hostapi.Sandbox, w io.Writer) error {
 			return err
 		}
 		if offset, err = copyFrom(sb.ConsolePath(), offset, w); err != nil {
+			return err
+		}
+		if logOffset, err = copyFrom(sb.RunnerLogPath(), logOffset, errW); err != nil {
 			return err
 		}
 		if st != vmm.StateRunning {

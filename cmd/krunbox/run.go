@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
 	"github.com/krunbox/krunbox/hostapi"
+	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/oci"
 )
 
@@ -128,6 +132,10 @@ func runInSandbox(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, argv
 	if err := sb.Start(ctx); err != nil {
 		if !rm {
 			err = withHint(err, fmt.Sprintf("the sandbox %s is kept: 'krunbox logs %s' shows its console, 'krunbox rm %s' removes it", sb.Name(), sb.Name(), sb.Name()))
+		} else if vmDidNotStart(err) {
+			// Its logs go with it: show them now.
+			printTails(s.errOut, sb)
+			err = withHint(err, "the sandbox is removed (--rm), so its console and runner log are above; give it a --name to keep it, and see 'krunbox doctor'")
 		}
 		return err
 	}
@@ -168,4 +176,46 @@ func execError(ctx context.Context, sb *hostapi.Sandbox, err error) error {
 		return rerr
 	}
 	return err
+}
+
+// vmDidNotStart reports whether err is a VM that booted and died, or never
+// answered, rather than a host that lacks what VMs need (whose error says
+// what to fix).
+func vmDidNotStart(err error) bool {
+	var (
+		de *hostapi.DeadError
+		nr *hostapi.NotReadyError
+		pe *vmm.PreflightError
+	)
+	return (errors.As(err, &de) || errors.As(err, &nr)) && !errors.As(err, &pe)
+}
+
+// tailBytes bounds what printTails shows of each log.
+const tailBytes = 2048
+
+// printTails prints the last lines of sb's console and runner log to w,
+// control characters (a hostile guest's terminal escapes) made visible.
+func printTails(w io.Writer, sb *hostapi.Sandbox) {
+	console, log := sb.Tails(tailBytes)
+	for _, l := range []struct{ name, text string }{{"console", console}, {"runner log (libkrun's warnings and errors)", log}} {
+		text := strings.TrimRight(l.text, "\n")
+		if strings.TrimSpace(text) == "" {
+			fmt.Fprintf(w, "krunbox: the %s of %s is empty\n", l.name, sb.Name())
+			continue
+		}
+		fmt.Fprintf(w, "krunbox: the %s of %s ends with:\n", l.name, sb.Name())
+		for _, line := range strings.Split(text, "\n") {
+			fmt.Fprintf(w, "  | %s\n", visible(line))
+		}
+	}
+}
+
+// visible replaces the control characters of s but tab with U+FFFD.
+func visible(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r != '\t' && unicode.IsControl(r) {
+			return unicode.ReplacementChar
+		}
+		return r
+	}, s)
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testkrun.h"
@@ -21,6 +22,7 @@ static struct tk_ctx *ctx_map;
 static uint32_t next_id;
 static int logger_initialised; /* guarded by map_mu */
 static int log_level = -1;
+static int log_fd = 2; /* where krun_init_log sends the log */
 
 /* The marker krunbox looks for: this library is the test double, which
  * needs no /dev/kvm. Real libkrun has no such symbol. Compiled with
@@ -303,7 +305,27 @@ KRUN_EXPORT int32_t krun_init_log(int target_fd, uint32_t level, uint32_t style,
 	if (target_fd < -1 || target_fd == 0 || style > 2 || options > 1)
 		return -EINVAL;
 	logger_init((int)level);
+	if (target_fd > 0)
+		log_fd = target_fd;
 	return 0;
+}
+
+/* Writes one line to the log, in env_logger's format without colours, when
+ * the logger was initialised at level or above (1 error ... 5 trace). */
+void tk_log(int level, const char *module, const char *msg)
+{
+	static const char *const names[] = {"OFF", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
+	pthread_mutex_lock(&map_mu);
+	int on = log_level >= level, fd = log_fd;
+	pthread_mutex_unlock(&map_mu);
+	if (!on || level < 1 || level > 5)
+		return;
+	char ts[32];
+	struct timespec now;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &now);
+	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", gmtime_r(&now.tv_sec, &tm));
+	dprintf(fd, "[%s.%06ldZ %s %s] %s\n", ts, now.tv_nsec / 1000, names[level], module, msg);
 }
 
 /* Built like a default `make` of libkrun: no optional feature. */

@@ -75,6 +75,7 @@ void tk_free_ctx(struct tk_ctx *c);
 void tk_dump(const struct tk_ctx *c, const char *event);
 bool tk_tsi_enabled(const struct tk_ctx *c);
 size_t tk_strv_len(char *const *v);
+void tk_log(int level, const char *module, const char *msg);
 
 /* vm.c */
 int32_t tk_run(struct tk_ctx *c);

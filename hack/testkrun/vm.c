@@ -791,6 +791,23 @@ static int32_t vm_error(const char *msg, const char *arg)
 	return -EINVAL;
 }
 
+/* TESTKRUN_NO_BOOT simulates a guest that never boots, as libkrunfw's kernel
+ * on a /dev/kvm that cannot run it (PVM): nothing on the console, no guest.
+ * "hang": the VM runs until it is killed; "exit": it ends with code 1,
+ * logging the error libkrun 1.19 logs on a PVM /dev/kvm. Returns when mode
+ * is NULL or empty. */
+static void no_boot(const char *mode)
+{
+	if (!mode || !*mode)
+		return;
+	if (strcmp(mode, "exit") == 0) {
+		tk_log(1, "krun_vmm::linux::vstate", "Received KVM_EXIT_INTERNAL_ERROR signal");
+		_exit(1);
+	}
+	for (;;)
+		pause();
+}
+
 int32_t tk_run(struct tk_ctx *c)
 {
 	struct plan p = {.c = c, .console_fd = -1, .sync_fd = -1, .uidmap_fd = -1};
@@ -878,6 +895,7 @@ int32_t tk_run(struct tk_ctx *c)
 			return vm_error("listen on", c->vports[i].path);
 		nacc++;
 	}
+	no_boot(getenv("TESTKRUN_NO_BOOT"));
 
 	int sp[2], um[2] = {-1, -1};
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)

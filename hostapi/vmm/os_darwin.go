@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,6 +61,12 @@ func processStartTime(pid int) (uint64, error) {
 	}
 	tv := kp.Proc.P_starttime
 	return uint64(tv.Sec)*1e6 + uint64(tv.Usec), nil
+}
+
+// processCPUTime is not implemented on macOS: doctor's boot check reports
+// no CPU time there.
+func processCPUTime(pid int) (time.Duration, error) {
+	return 0, fmt.Errorf("CPU time of process %d: %w", pid, errors.ErrUnsupported)
 }
 
 func signalProcess(ri *RunnerInfo, sig syscall.Signal) error {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -119,19 +120,51 @@ func checkHypervisor(dev string) error {
 // processStartTime returns the start time of process pid in clock ticks
 // since boot (field 22 of /proc/<pid>/stat).
 func processStartTime(pid int) (uint64, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	fields, err := procStat(pid)
 	if err != nil {
 		return 0, err
 	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// procStat returns the fields of /proc/<pid>/stat after the command name:
+// fields[0] is field 3 (state).
+func procStat(pid int) ([]string, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
 	i := strings.LastIndexByte(string(data), ')')
 	if i < 0 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+		return nil, fmt.Errorf("parse /proc/%d/stat", pid)
 	}
 	fields := strings.Fields(string(data[i+1:]))
 	if len(fields) < 20 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+		return nil, fmt.Errorf("parse /proc/%d/stat", pid)
 	}
-	return strconv.ParseUint(fields[19], 10, 64)
+	return fields, nil
+}
+
+// userHZ is the unit of the times in /proc/<pid>/stat: USER_HZ, 100 on
+// every architecture krunbox runs on.
+const userHZ = 100
+
+// processCPUTime returns the user and system CPU time process pid has
+// used (fields 14 and 15 of /proc/<pid>/stat).
+func processCPUTime(pid int) (time.Duration, error) {
+	fields, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	var ticks uint64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
 // signalProcess signals the runner through a pidfd checked to be the

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 // Files of a VM directory.
@@ -153,6 +155,17 @@ func (v *VM) Runner() (*RunnerInfo, error) {
 	return &ri, nil
 }
 
+// CPUTime returns the CPU time (user and system) the running VM's runner
+// process has used: its vCPUs and devices. A VM that uses about one CPU
+// second per second while its guest says nothing is spinning.
+func (v *VM) CPUTime() (time.Duration, error) {
+	ri, err := v.Runner()
+	if err != nil {
+		return 0, err
+	}
+	return processCPUTime(ri.Pid)
+}
+
 // ExitStatus returns how the VM's last run ended, or ErrNotRunning wrapped
 // with an explanation when that is unknown.
 func (v *VM) ExitStatus() (*ExitStatus, error) {
@@ -224,13 +237,9 @@ func (v *VM) Stop(ctx context.Context, grace time.Duration) (*ExitStatus, error)
 
 // logTail returns the last lines of the runner's log, for error messages.
 func (v *VM) logTail() string {
-	data, err := os.ReadFile(v.path(LogFile))
+	data, err := confine.ReadTail(v.path(LogFile), 2048)
 	if err != nil {
 		return ""
-	}
-	const max = 2048
-	if len(data) > max {
-		data = data[len(data)-max:]
 	}
 	return strings.TrimSpace(string(data))
 }
