@@ -148,15 +148,28 @@ func (e *env) cleanup() {
 	}
 }
 
+// passedEnv are the variables of the test's environment, besides PATH and
+// HOME, that krunbox gets too when they are set: the temporary directory,
+// and where the dynamic loader finds libraries (a libkrun installed
+// outside the loader's default directories is found through
+// LD_LIBRARY_PATH by krunbox in the suite as by `krunbox doctor` run from
+// the same shell).
+var passedEnv = []string{"TMPDIR", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "DYLD_FALLBACK_LIBRARY_PATH"}
+
 // environ is krunbox's environment: nothing of the test's but PATH, HOME
-// and TMPDIR, so that a leak would be the product's.
+// and passedEnv, so that a leak would be the product's.
 func (e *env) environ() []string {
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "KRUNBOX_HOME=" + e.home}
-	if v := os.Getenv("TMPDIR"); v != "" {
-		env = append(env, "TMPDIR="+v)
+	for _, k := range passedEnv {
+		if v := os.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
 	}
 	if e.suite.lib != "" {
 		env = append(env, "KRUNBOX_LIBKRUN="+e.suite.lib)
+	}
+	if n := os.Getenv(cpusEnv); n != "" {
+		env = append(env, "KRUNBOX_CPUS="+n)
 	}
 	return append(env, e.extra...)
 }

