@@ -684,6 +684,7 @@ func TestServeStatusTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(agent, syscall.SIGCONT)
+	poll.Until(t, "the agent's threads to stop", 10*time.Second, func() bool { return proctree.Stopped(agent) })
 	start := time.Now()
 	var st sandboxStatus
 	c.call("sandbox.status", map[string]any{"name": name, "timeoutMs": 300}, &st)

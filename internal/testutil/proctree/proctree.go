@@ -59,3 +59,24 @@ func DescendantNamed(root int, comm string) int {
 	}
 	return 0
 }
+
+// Stopped reports whether every thread of pid is stopped (state T): kill
+// returns before a SIGSTOP's group stop completes, and a thread still
+// running may answer meanwhile.
+func Stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) == 0 || f[0] != "T" {
+			return false
+		}
+	}
+	return true
+}
