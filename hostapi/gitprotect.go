@@ -402,7 +402,7 @@ func (e *gitProtectError) Unwrap() error { return e.err }
 
 // Hint says what to do.
 func (e *gitProtectError) Hint() string {
-	return "replace the symlink by what it points to (or remove it), or let the guest change git's hooks and config with --git-writable"
+	return "replace what is there by a real git directory, .git file, hooks directory or config file (or remove it), or let the guest change git's hooks and config with --git-writable"
 }
 
 // parseGitdirFile returns the path of the "gitdir: PATH" line of a .git
