@@ -276,6 +276,31 @@ func TestGitReadOnlyInTheGuest(t *testing.T) {
 	}
 }
 
+// A workspace that is no checkout: a .git the guest makes there would be
+// the guest's own, hooks and config included; it shows as a change.
+func TestGitAppearing(t *testing.T) {
+	ws, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Image: ref, Workspace: ws})
+	if err := sb.CheckGit(); err != nil {
+		t.Fatal(err)
+	}
+	run(t, sb, "sh", "-c", "mkdir -p "+ws+"/.git/hooks && echo x > "+ws+"/.git/hooks/post-checkout")
+	var ge *GitChangedError
+	if err := sb.CheckGit(); !errors.As(err, &ge) || !slices.Equal(ge.Changed, []string{filepath.Join(ws, ".git")}) {
+		t.Fatalf("CheckGit after the guest made a .git: %v", err)
+	}
+	if err := sb.AcceptGitChanges(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.CheckGit(); err != nil {
+		t.Fatalf("CheckGit once accepted: %v", err)
+	}
+}
+
 func TestGitWritable(t *testing.T) {
 	ws := gitRepo(t)
 	h, ref := testHost(t)
