@@ -360,3 +360,77 @@ func TestGitFingerprintFallback(t *testing.T) {
 	}
 	sb.Stop(context.Background())
 }
+
+// gitCmd runs git in dir, failing the test on error.
+func gitCmd(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+// A worktree's workspace shares its repository's git directory: its
+// hooks and config are read-only there too, the .git file cannot be
+// pointed elsewhere, and what git writes for the worktree still works.
+func TestGitWorktreeReadOnly(t *testing.T) {
+	repo := gitRepo(t)
+	wt := filepath.Join(filepath.Dir(repo), filepath.Base(repo)+"-wt")
+	gitCmd(t, repo, "worktree", "add", "-q", wt)
+	t.Cleanup(func() { os.RemoveAll(wt) })
+	common := filepath.Join(repo, ".git")
+	before := snapshot(t, repo)
+	dotgit, _ := os.ReadFile(filepath.Join(wt, ".git"))
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Image: ref, Workspace: wt})
+	out := run(t, sb, "sh", "-c", `cd `+wt+`
+echo evil > `+common+`/hooks/post-checkout && echo hook-written
+echo evil >> `+common+`/config && echo config-appended
+echo 'gitdir: /tmp/evil' > .git && echo dotgit-rewritten
+mv `+common+`/worktrees/`+filepath.Base(wt)+` /tmp/x && echo gitdir-moved
+echo ref: refs/heads/other > `+common+`/worktrees/`+filepath.Base(wt)+`/HEAD && echo head-written
+echo blob > `+common+`/objects/new && echo object-written`)
+	if out != "head-written\nobject-written" {
+		t.Errorf("the guest, in a worktree: %q; want only HEAD and an object written", out)
+	}
+	if after := snapshot(t, repo); !maps.Equal(before, after) {
+		t.Errorf("the repository's hooks or config changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if b, _ := os.ReadFile(filepath.Join(wt, ".git")); string(b) != string(dotgit) {
+		t.Errorf("the worktree's .git file is now %q, was %q", b, dotgit)
+	}
+}
+
+// A submodule's git directory, under .git/modules, is protected like the
+// workspace's own, and its checkout's .git file cannot be pointed
+// elsewhere.
+func TestGitSubmoduleReadOnly(t *testing.T) {
+	sub := gitRepo(t)
+	ws := gitRepo(t)
+	gitCmd(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", sub, "lib")
+	mod := filepath.Join(ws, ".git/modules/lib")
+	config, _ := os.ReadFile(filepath.Join(mod, "config"))
+	libGit, _ := os.ReadFile(filepath.Join(ws, "lib/.git"))
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Image: ref, Workspace: ws})
+	out := run(t, sb, "sh", "-c", `cd `+ws+`
+echo evil > .git/modules/lib/hooks/post-checkout && echo hook-written
+echo evil >> .git/modules/lib/config && echo config-appended
+echo 'gitdir: /tmp/evil' > lib/.git && echo dotgit-rewritten
+mv .git/modules/lib .git/modules/lib2 && echo moddir-moved
+echo blob > .git/modules/lib/objects/new && echo object-written`)
+	if out != "object-written" {
+		t.Errorf("the guest, on a submodule: %q; want only an object written", out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "lib/.git")); string(b) != string(libGit) {
+		t.Errorf("the submodule's .git file is now %q, was %q", b, libGit)
+	}
+	if b, _ := os.ReadFile(filepath.Join(mod, "config")); string(b) != string(config) {
+		t.Errorf("the submodule's config is now %q, was %q", b, config)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(mod, "hooks")); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == "post-checkout" }) {
+		t.Error("the guest wrote a hook of the submodule")
+	}
+}
