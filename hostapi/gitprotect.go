@@ -89,7 +89,7 @@ func (p *gitPlanner) add(path string, writable bool) error {
 // dir, if it is one.
 func (p *gitPlanner) checkout(dir string) error {
 	dotgit := filepath.Join(dir, ".git")
-	fi, err := os.Lstat(dotgit)
+	fi, err := lstatNoSymlinks(dotgit)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
@@ -323,7 +323,7 @@ func (p *gitPlanner) modules(root *os.Root, g, dir string, depth int) error {
 		// must not point it elsewhere.
 		if checkout != "" {
 			dotgit := filepath.Join(filepath.Clean(checkout), ".git")
-			if fi, err := os.Lstat(dotgit); err == nil && fi.Mode().IsRegular() {
+			if fi, err := lstatNoSymlinks(dotgit); err == nil && fi.Mode().IsRegular() {
 				if err := p.add(dotgit, false); err != nil {
 					return err
 				}

@@ -108,7 +108,7 @@ func (s *Sandbox) protectGit(spec *vmm.Spec) error {
 		st.Paths = paths
 		for _, m := range s.rec.Mounts {
 			p := filepath.Join(m.HostPath, ".git")
-			if _, err := os.Lstat(p); !m.ReadOnly && errors.Is(err, fs.ErrNotExist) {
+			if _, err := lstatNoSymlinks(p); !m.ReadOnly && errors.Is(err, fs.ErrNotExist) {
 				st.Absent = append(st.Absent, p)
 			}
 		}
@@ -150,7 +150,7 @@ func (s *Sandbox) GitProtection() (*GitProtection, error) {
 func appeared(absent []string) []string {
 	var out []string
 	for _, p := range absent {
-		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := lstatNoSymlinks(p); !errors.Is(err, fs.ErrNotExist) {
 			out = append(out, p)
 		}
 	}
@@ -221,9 +221,9 @@ func (e *GitChangedError) Hint() string {
 func fingerprint(paths []vmm.Protect) (map[string]string, error) {
 	fp := &fingerprinter{out: map[string]string{}}
 	for _, p := range paths {
-		fi, err := os.Lstat(p.Path)
-		if errors.Is(err, fs.ErrNotExist) {
-			fp.out[p.Path] = "missing"
+		fi, err := lstatNoSymlinks(p.Path)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
+			fp.out[p.Path] = "missing, or reached through a symlink"
 			continue
 		}
 		if err != nil {
@@ -238,6 +238,17 @@ func fingerprint(paths []vmm.Protect) (map[string]string, error) {
 		}
 	}
 	return fp.out, nil
+}
+
+// lstatNoSymlinks is os.Lstat, but refusing a symlink in the directories
+// on the way (ELOOP).
+func lstatNoSymlinks(p string) (fs.FileInfo, error) {
+	root, err := openRootNoSymlinks(filepath.Dir(p))
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	return root.Lstat(filepath.Base(p))
 }
 
 type fingerprinter struct {
@@ -259,7 +270,12 @@ func (fp *fingerprinter) entry(path string, fi fs.FileInfo) error {
 		}
 		desc += " " + sum
 	case fi.Mode().Type() == fs.ModeSymlink:
-		target, err := os.Readlink(path)
+		root, err := openRootNoSymlinks(filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		target, err := root.Readlink(filepath.Base(path))
 		if err != nil {
 			return err
 		}
