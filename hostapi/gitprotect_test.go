@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
@@ -432,5 +434,60 @@ echo blob > .git/modules/lib/objects/new && echo object-written`)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(mod, "hooks")); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == "post-checkout" }) {
 		t.Error("the guest wrote a hook of the submodule")
+	}
+}
+
+// A fingerprint sees every change the guest can make to a protected path,
+// opens nothing that could block, follows no symlink, and is bounded.
+func TestFingerprint(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	makeTree(t, dir, map[string]string{".git/config": "[core]\n", ".git/hooks/a": "#!/bin/sh\n", "elsewhere/a": "#!/bin/sh\n"})
+	g := filepath.Join(dir, ".git")
+	paths := []vmm.Protect{{Path: g, Writable: true}, {Path: filepath.Join(g, "config")}, {Path: filepath.Join(g, "hooks")}}
+	base, err := fingerprint(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name   string
+		change func()
+		want   string
+	}{
+		{"same size, other content", func() { os.WriteFile(filepath.Join(g, "hooks/a"), []byte("#!/bin/zz\n"), 0o644) }, "hooks/a"},
+		{"mode", func() { os.Chmod(filepath.Join(g, "hooks/a"), 0o755) }, "hooks/a"},
+		{"new symlink", func() { os.Symlink("/bin/true", filepath.Join(g, "hooks/post-checkout")) }, "hooks/post-checkout"},
+		{"FIFO", func() { syscall.Mkfifo(filepath.Join(g, "hooks/fifo"), 0o644) }, "hooks/fifo"},
+		{"config", func() { os.WriteFile(filepath.Join(g, "config"), []byte("[core]\n\tfsmonitor = x\n"), 0o644) }, "config"},
+		{"hooks replaced by a symlink", func() {
+			os.RemoveAll(filepath.Join(g, "hooks"))
+			os.Symlink("../elsewhere", filepath.Join(g, "hooks"))
+		}, "hooks"},
+		{".git replaced by a symlink to a copy", func() {
+			os.Rename(g, filepath.Join(dir, "copy"))
+			os.Symlink("copy", g)
+		}, ".git"},
+	}
+	for _, st := range steps {
+		st.change()
+		now, err := fingerprint(paths)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if diff := fingerprintDiff(base, now); !slices.Contains(diff, filepath.Join(g, st.want)) && !(st.want == ".git" && slices.Contains(diff, g)) {
+			t.Errorf("%s: changes %q, want %s among them", st.name, diff, st.want)
+		}
+		base = now
+	}
+
+	many := filepath.Join(dir, "many")
+	os.Mkdir(many, 0o755)
+	for i := range maxFingerprintEntries + 1 {
+		os.WriteFile(filepath.Join(many, strconv.Itoa(i)), nil, 0o644)
+	}
+	if _, err := fingerprint([]vmm.Protect{{Path: many}}); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("fingerprint of %d entries: %v, want a bound", maxFingerprintEntries+1, err)
 	}
 }

@@ -222,12 +222,10 @@ func fingerprint(paths []vmm.Protect) (map[string]string, error) {
 	fp := &fingerprinter{out: map[string]string{}}
 	for _, p := range paths {
 		fi, err := lstatNoSymlinks(p.Path)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
-			fp.out[p.Path] = "missing, or reached through a symlink"
-			continue
-		}
 		if err != nil {
-			return nil, err
+			// Missing, or reached through a symlink: a change in itself.
+			fp.out[p.Path] = "unreachable"
+			continue
 		}
 		if p.Writable {
 			fp.out[p.Path+" (pinned)"] = "identity " + identity(fi)
