@@ -148,6 +148,25 @@ func TestPlanGit(t *testing.T) {
 			wantErr: "symlink",
 		},
 		{
+			name: ".git file through a symlink in the workspace",
+			files: map[string]string{
+				"ws/real/gd/HEAD": "x", "ws/real/gd/config": "", "ws/real/gd/hooks/": "",
+				"ws/link": "->real", "ws/.git": "gitdir: link/gd\n",
+			},
+			wantErr: "symlink",
+		},
+		{
+			name: ".git file through the host's symlink outside the shares",
+			files: map[string]string{
+				"repo/.git/HEAD": "x", "repo/.git/config": "", "repo/.git/hooks/": "",
+				"hostlink": "->repo", "ws/.git": "gitdir: ../hostlink/.git\n",
+			},
+			mounts: func(dir string) []Mount {
+				return []Mount{{HostPath: filepath.Join(dir, "ws")}, {HostPath: filepath.Join(dir, "repo/.git")}}
+			},
+			want: []string{"repo/.git/config", "repo/.git/hooks", "ws/.git"},
+		},
+		{
 			name:    "hooksPath through a symlink in the workspace",
 			files:   map[string]string{"ws/real/": "", "ws/link": "->real", "ws/.git/HEAD": "x", "ws/.git/hooks/": "", "ws/.git/config": "[core]\n\thooksPath = link/hooks\n"},
 			wantErr: "symlink",
