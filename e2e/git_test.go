@@ -109,11 +109,14 @@ func testGitReadOnly(t *testing.T, e *env) {
 		t.Fatalf("git.json: %q, %v", b, err)
 	}
 	hook := filepath.Join(ws, ".git/hooks/pre-commit.sample")
-	st["mode"], st["fingerprint"] = "fingerprint", map[string]string{hook: "-rwxr-xr-x 17 sha256:0"}
-	b, _ = json.Marshal(st)
-	if err := os.WriteFile(state, b, 0o600); err != nil {
-		t.Fatal(err)
+	tamper := func() {
+		st["mode"], st["fingerprint"] = "fingerprint", map[string]string{hook: "-rwxr-xr-x 17 sha256:0"}
+		b, _ := json.Marshal(st)
+		if err := os.WriteFile(state, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	tamper()
 	for _, args := range [][]string{{"exec", "git", "true"}, {"start", "git"}} {
 		r := e.krunbox(args...)
 		if r.code == 0 || !strings.Contains(r.stderr, hook) || !strings.Contains(r.stderr, "--accept-git-changes") {
@@ -125,6 +128,15 @@ func testGitReadOnly(t *testing.T, e *env) {
 	}
 	e.ok("start", "--accept-git-changes", "git")
 	e.ok("exec", "git", "true")
+	// rm removes it all the same, but says what changed, one last time.
+	tamper()
+	r := e.krunbox("rm", "-f", "git")
+	if r.code == 0 || !strings.Contains(r.stderr, hook) || !strings.Contains(r.stderr, "review them") {
+		t.Errorf("rm with a changed hook: %s; want the change said", r)
+	}
+	if _, ok := e.ls()["git"]; ok {
+		t.Error("rm with a changed hook did not remove the sandbox")
+	}
 }
 
 func testGitWritable(t *testing.T, e *env) {
