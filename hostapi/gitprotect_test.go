@@ -402,7 +402,7 @@ func TestGitWorktreeReadOnly(t *testing.T) {
 	gitCmd(t, repo, "worktree", "add", "-q", wt)
 	t.Cleanup(func() { os.RemoveAll(wt) })
 	common := filepath.Join(repo, ".git")
-	before := snapshot(t, repo)
+	before := gitFiles(t, repo)
 	dotgit, _ := os.ReadFile(filepath.Join(wt, ".git"))
 	h, ref := testHost(t)
 	sb := started(t, h, Config{Image: ref, Workspace: wt})
@@ -416,7 +416,7 @@ echo blob > `+common+`/objects/new && echo object-written`)
 	if out != "head-written\nobject-written" {
 		t.Errorf("the guest, in a worktree: %q; want only HEAD and an object written", out)
 	}
-	if after := snapshot(t, repo); !maps.Equal(before, after) {
+	if after := gitFiles(t, repo); !maps.Equal(before, after) {
 		t.Errorf("the repository's hooks or config changed:\nbefore %v\nafter  %v", before, after)
 	}
 	if b, _ := os.ReadFile(filepath.Join(wt, ".git")); string(b) != string(dotgit) {
