@@ -146,13 +146,18 @@ func (s *Sandbox) GitProtection() (*GitProtection, error) {
 	return out, nil
 }
 
-// appeared returns the paths of absent that exist now.
+// appeared returns the paths of absent that exist now. A path whose
+// directory is gone, or is now reached through a symlink (the share itself
+// was swapped: the next start refuses it), has not appeared: nothing the
+// guest wrote is there.
 func appeared(absent []string) []string {
 	var out []string
 	for _, p := range absent {
-		if _, err := lstatNoSymlinks(p); !errors.Is(err, fs.ErrNotExist) {
-			out = append(out, p)
+		_, err := lstatNoSymlinks(p)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR) {
+			continue
 		}
+		out = append(out, p)
 	}
 	return out
 }
