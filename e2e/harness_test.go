@@ -48,6 +48,7 @@ var scenarios = []scenario{
 	{"ReadOnlyMount", testReadOnlyMount},
 	{"Workspace", testWorkspace},
 	{"GitWorktree", testGitWorktree},
+	{"SharesRecheckedAtStart", testSharesRecheckedAtStart},
 	{"NamedSandboxPersists", testNamedSandboxPersists},
 	{"CopyRoot", testCopyRoot},
 	{"RmLeavesNothing", testRmLeavesNothing},

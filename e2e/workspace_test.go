@@ -100,3 +100,38 @@ func testGitWorktree(t *testing.T, e *env) {
 		t.Errorf("the worktree's git directories in the guest: %q", out)
 	}
 }
+
+// testSharesRecheckedAtStart: the guest writes the workspace, so it can
+// replace a share there with a symlink to another host directory; the
+// next start checks every share again and refuses, saying which share
+// changed and what to do, the sandbox stays stopped, and the directory the
+// link leads to is neither shared nor changed.
+func testSharesRecheckedAtStart(t *testing.T, e *env) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, victim := filepath.Join(base, "ws"), filepath.Join(base, "victim")
+	for _, d := range []string{filepath.Join(ws, "data"), victim} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(victim, "secret"), []byte("victim's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.started("recheck", "--workspace", ws, "-v", filepath.Join(ws, "data")+":/data")
+	e.ok("exec", "recheck", "sh", "-c", "rmdir data && ln -s "+victim+" data")
+	e.ok("stop", "recheck")
+	r := e.krunbox("start", "recheck")
+	if r.code != 125 || !strings.Contains(r.stderr, filepath.Join(ws, "data")+": changed since the sandbox was created") || !strings.Contains(r.stderr, "krunbox rm recheck") {
+		t.Errorf("start after the guest replaced a share with a symlink: %s; want a refusal naming the share, with a hint to recreate the sandbox", r)
+	}
+	if st := e.ls()["recheck"].State; st != "stopped" {
+		t.Errorf("state after the refused start: %s, want stopped", st)
+	}
+	entries, _ := os.ReadDir(victim)
+	if b, err := os.ReadFile(filepath.Join(victim, "secret")); err != nil || string(b) != "victim's\n" || len(entries) != 1 {
+		t.Errorf("the victim directory changed: %d entries, secret %q, %v", len(entries), b, err)
+	}
+}
