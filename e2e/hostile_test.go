@@ -200,11 +200,11 @@ func testShareSwapped(t *testing.T, e *env, victim string) {
 			t.Errorf("start after %s became a link to %s: started, /data holds %q", data, target, out.stdout)
 			continue
 		}
-		if !strings.Contains(r.stderr, data) {
-			t.Errorf("the refused start does not name the share %s: %s", data, r)
+		if r.code != 125 || !strings.Contains(r.stderr, data+": changed since the sandbox was created") || !strings.Contains(r.stderr, "krunbox rm "+name) {
+			t.Errorf("start after the guest replaced the share %s by a link: %s; want a refusal naming the share, with a hint to recreate the sandbox", data, r)
 		}
-		if st := e.ls()[name].State; st == "running" {
-			t.Errorf("a refused start left %s %s", name, st)
+		if st := e.ls()[name].State; st != "stopped" {
+			t.Errorf("a refused start left %s %s, want stopped", name, st)
 		}
 	}
 }
