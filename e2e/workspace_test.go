@@ -100,4 +100,3 @@ func testGitWorktree(t *testing.T, e *env) {
 		t.Errorf("the worktree's git directories in the guest: %q", out)
 	}
 }
-
