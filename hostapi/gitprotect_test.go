@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/testutil/gitattack"
 )
 
 // makeTree writes files (path: content; a path ending in "/" is a
@@ -235,64 +236,29 @@ func gitRepo(t *testing.T) string {
 	return ws
 }
 
-// gitFiles reads the files that git runs or obeys in ws/.git.
-func gitFiles(t *testing.T, ws string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	g := filepath.Join(ws, ".git")
-	for _, p := range []string{"config", "hooks"} {
-		filepath.Walk(filepath.Join(g, p), func(path string, fi os.FileInfo, err error) error {
-			if err != nil {
-				out[path] = err.Error()
-				return nil
-			}
-			b, _ := os.ReadFile(path)
-			out[path] = fi.Mode().String() + " " + string(b)
-			return nil
-		})
-	}
-	return out
-}
-
-// The guest's attempts at what the host's git would run.
-const gitAttacks = `cd $WS
-echo 'echo pwned' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && echo hook-written
-printf '[core]\n\tfsmonitor = "echo pwned"\n' >> .git/config && echo config-appended
-echo x > .git/config.new && mv .git/config.new .git/config && echo config-replaced
-rm -rf .git/hooks && ln -s /tmp .git/hooks && echo hooks-symlinked
-mv .git .git2 && mkdir -p .git/hooks && echo moved
-true`
-
-// What git writes in a commit, done by hand (the test image has no git).
-const gitCommitByHand = `cd $WS
-mkdir -p .git/objects/ab && echo blob > .git/objects/ab/cdef && echo obj
-echo 0123 > .git/refs/heads/main.lock && mv .git/refs/heads/main.lock .git/refs/heads/main && echo ref
-echo index > .git/index.lock && mv .git/index.lock .git/index && echo index
-echo log >> .git/logs/HEAD && echo log`
-
 func TestGitReadOnlyInTheGuest(t *testing.T) {
 	ws := gitRepo(t)
 	h, ref := testHost(t)
-	before := gitFiles(t, ws)
+	before := gitattack.Files(t, ws)
 	sb := started(t, h, Config{Image: ref, Workspace: ws})
 	gp, err := sb.GitProtection()
 	if err != nil || gp.Mode != GitMounts || len(gp.Paths) != 3 || len(gp.Changed) != 0 {
 		t.Fatalf("GitProtection = %+v, %v; want read-only mounts of .git, its config and hooks", gp, err)
 	}
-	out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitAttacks)
+	out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitattack.Attacks)
 	if out != "" {
 		t.Errorf("the guest changed what the host's git runs: %q", out)
 	}
-	if after := gitFiles(t, ws); !maps.Equal(before, after) {
+	if after := gitattack.Files(t, ws); !maps.Equal(before, after) {
 		t.Errorf("the host's .git changed:\nbefore %v\nafter  %v", before, after)
 	}
 	if _, err := os.Lstat(filepath.Join(ws, ".git2")); err == nil {
 		t.Error("the guest renamed .git")
 	}
-	if out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitCommitByHand); out != "obj\nref\nindex\nlog" {
+	if out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitattack.CommitByHand); out != "obj\nref\nindex\nlog" {
 		t.Errorf("what a commit writes, from the guest: %q", out)
 	}
-	if b, err := os.ReadFile(filepath.Join(ws, ".git/refs/heads/main")); err != nil || string(b) != "0123\n" {
+	if b, err := os.ReadFile(filepath.Join(ws, ".git/refs/heads/main")); err != nil || string(b) != "1111111111111111111111111111111111111111\n" {
 		t.Errorf("the guest's ref update on the host: %q, %v", b, err)
 	}
 }
@@ -329,7 +295,7 @@ func TestGitWritable(t *testing.T) {
 	if gp, err := sb.GitProtection(); err != nil || gp.Mode != GitOff || len(gp.Paths) != 0 {
 		t.Fatalf("GitProtection = %+v, %v; want off", gp, err)
 	}
-	if out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitAttacks); out != "hook-written\nconfig-appended\nconfig-replaced\nhooks-symlinked\nmoved" {
+	if out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitattack.Attacks); out != strings.TrimSuffix(gitattack.AllSucceeded, "\n") {
 		t.Errorf("with GitWritable, the guest's writes: %q", out)
 	}
 	if target, err := os.Readlink(filepath.Join(ws, ".git2/hooks")); err != nil || target != "/tmp" {
@@ -402,7 +368,7 @@ func TestGitWorktreeReadOnly(t *testing.T) {
 	gitCmd(t, repo, "worktree", "add", "-q", wt)
 	t.Cleanup(func() { os.RemoveAll(wt) })
 	common := filepath.Join(repo, ".git")
-	before := gitFiles(t, repo)
+	before := gitattack.Files(t, repo)
 	dotgit, _ := os.ReadFile(filepath.Join(wt, ".git"))
 	h, ref := testHost(t)
 	sb := started(t, h, Config{Image: ref, Workspace: wt})
@@ -416,7 +382,7 @@ echo blob > `+common+`/objects/new && echo object-written`)
 	if out != "head-written\nobject-written" {
 		t.Errorf("the guest, in a worktree: %q; want only HEAD and an object written", out)
 	}
-	if after := gitFiles(t, repo); !maps.Equal(before, after) {
+	if after := gitattack.Files(t, repo); !maps.Equal(before, after) {
 		t.Errorf("the repository's hooks or config changed:\nbefore %v\nafter  %v", before, after)
 	}
 	if b, _ := os.ReadFile(filepath.Join(wt, ".git")); string(b) != string(dotgit) {
