@@ -263,8 +263,9 @@ func TestGitReadOnlyInTheGuest(t *testing.T) {
 	}
 }
 
-// A workspace that is no checkout: a .git the guest makes there would be
-// the guest's own, hooks and config included; it shows as a change.
+// A workspace that is no checkout: a .git the guest makes there is the
+// guest's own, hooks and config included, until the next start protects
+// it; meanwhile it is reported, and the session goes on.
 func TestGitAppearing(t *testing.T) {
 	ws, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
@@ -272,19 +273,27 @@ func TestGitAppearing(t *testing.T) {
 	}
 	h, ref := testHost(t)
 	sb := started(t, h, Config{Image: ref, Workspace: ws})
+	// git init in the guest: the session goes on (an agent does that),
+	// and the new git directory is reported.
+	run(t, sb, "sh", "-c", "mkdir -p "+ws+"/.git/hooks && echo x > "+ws+"/.git/hooks/post-checkout && echo '[core]' > "+ws+"/.git/config")
 	if err := sb.CheckGit(); err != nil {
+		t.Fatalf("CheckGit after the guest made a .git: %v, want the session to go on", err)
+	}
+	if gp, err := sb.GitProtection(); err != nil || !slices.Equal(gp.Appeared, []string{filepath.Join(ws, ".git")}) {
+		t.Fatalf("GitProtection after the guest made a .git: %+v, %v; want it in Appeared", gp, err)
+	}
+	if err := sb.Stop(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	run(t, sb, "sh", "-c", "mkdir -p "+ws+"/.git/hooks && echo x > "+ws+"/.git/hooks/post-checkout")
-	var ge *GitChangedError
-	if err := sb.CheckGit(); !errors.As(err, &ge) || !slices.Equal(ge.Changed, []string{filepath.Join(ws, ".git")}) {
-		t.Fatalf("CheckGit after the guest made a .git: %v", err)
-	}
-	if err := sb.AcceptGitChanges(); err != nil {
+	// From the next start on, it is protected like any other.
+	if err := sb.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.CheckGit(); err != nil {
-		t.Fatalf("CheckGit once accepted: %v", err)
+	if out := run(t, sb, "sh", "-c", "echo evil > "+ws+"/.git/hooks/post-checkout && echo hook-written; echo evil >> "+ws+"/.git/config && echo config-written; true"); out != "" {
+		t.Errorf("after a restart, the guest's writes to the .git it made: %q, want none to succeed", out)
+	}
+	if gp, err := sb.GitProtection(); err != nil || len(gp.Appeared) != 0 {
+		t.Errorf("GitProtection after the restart: %+v, %v; want nothing appeared", gp, err)
 	}
 }
 

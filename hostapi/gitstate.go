@@ -59,6 +59,11 @@ type GitProtection struct {
 	// Changed lists, in GitFingerprint mode, the paths that differ from
 	// their fingerprint: what to review before accepting the changes.
 	Changed []string `json:"changed,omitempty"`
+	// Appeared lists the git directories that the guest made in a
+	// read-write share that had none at start (git init). Their hooks and
+	// config are the guest's until the next start protects them: review
+	// them before running git there on the host.
+	Appeared []string `json:"appeared,omitempty"`
 }
 
 // gitState is what gitFile holds.
@@ -68,7 +73,7 @@ type gitState struct {
 	Fingerprint map[string]string `json:"fingerprint,omitempty"`
 	// Absent are the .git paths of read-write shares that held no
 	// checkout at start: a git directory the guest makes there is all its
-	// own, so one appearing counts as a change.
+	// own until the next start (GitProtection.Appeared).
 	Absent []string `json:"absent,omitempty"`
 }
 
@@ -99,6 +104,11 @@ func (s *Sandbox) writeGitState(st *gitState) error {
 // start with spec, puts the paths into spec where its runner can mount
 // them, and records the plan (and, where it cannot, the fingerprint).
 func (s *Sandbox) protectGit(spec *vmm.Spec) error {
+	if prev, err := s.readGitState(); err == nil && prev != nil {
+		if made := appeared(prev.Absent); len(made) > 0 {
+			s.host.log.Warn("the guest made these git directories during its last session, with hooks and config of its choosing; from this start on they are protected: review them before running git there", "sandbox", s.name, "paths", made)
+		}
+	}
 	st := &gitState{Mode: GitOff}
 	if !s.rec.Config.GitWritable {
 		paths, err := planGit(s.rec.Mounts)
@@ -127,8 +137,8 @@ func (s *Sandbox) protectGit(spec *vmm.Spec) error {
 
 // GitProtection says how the sandbox's git directories were protected at
 // its last start and, where they could not be made read-only, which
-// protected paths changed since; in any mode, a .git that appeared in a
-// read-write share that had none counts as changed.
+// protected paths changed since; in any mode, which git directories the
+// guest made since in read-write shares that had none.
 func (s *Sandbox) GitProtection() (*GitProtection, error) {
 	st, err := s.readGitState()
 	if err != nil || st == nil {
@@ -142,7 +152,7 @@ func (s *Sandbox) GitProtection() (*GitProtection, error) {
 		}
 		out.Changed = fingerprintDiff(st.Fingerprint, now)
 	}
-	out.Changed = append(out.Changed, appeared(st.Absent)...)
+	out.Appeared = appeared(st.Absent)
 	return out, nil
 }
 
@@ -179,9 +189,8 @@ func (s *Sandbox) CheckGit() error {
 }
 
 // AcceptGitChanges records the current state of the protected git hooks
-// and config as the reference of CheckGit, and accepts the git
-// directories that appeared (they are protected from the next start on),
-// once the user reviewed what changed.
+// and config as the reference of CheckGit, once the user reviewed what
+// changed.
 func (s *Sandbox) AcceptGitChanges() error {
 	st, err := s.readGitState()
 	if err != nil || st == nil {
@@ -192,8 +201,6 @@ func (s *Sandbox) AcceptGitChanges() error {
 			return fmt.Errorf("sandbox %s: fingerprint git's hooks and config: %w", s.name, err)
 		}
 	}
-	// Protected from the next start on.
-	st.Absent = slices.DeleteFunc(st.Absent, func(p string) bool { return len(appeared([]string{p})) > 0 })
 	return s.writeGitState(st)
 }
 

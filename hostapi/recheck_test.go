@@ -52,13 +52,7 @@ func TestStartRechecksShares(t *testing.T) {
 			}
 			script := strings.NewReplacer("VICTIM", v.Path, "STATE", state).Replace(tt.tamper)
 			run(t, sb, "sh", "-c", "cd "+ws+" && "+script)
-			// A .git that appeared is a git change too, reported at
-			// stop: accepted here, to reach the start's own check.
-			err = sb.Stop(t.Context())
-			if changed := (*GitChangedError)(nil); errors.As(err, &changed) {
-				err = sb.AcceptGitChanges()
-			}
-			if err != nil {
+			if err := sb.Stop(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 

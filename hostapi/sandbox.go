@@ -607,6 +607,9 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	if err := s.CheckGit(); err != nil {
 		return fmt.Errorf("stopped %s, but: %w", s.name, err)
 	}
+	if g, err := s.GitProtection(); err == nil && len(g.Appeared) > 0 {
+		s.host.log.Warn("the guest made these git directories, with hooks and config of its choosing, protected from the next start on: review them before running git there", "sandbox", s.name, "paths", g.Appeared)
+	}
 	return nil
 }
 
