@@ -776,6 +776,8 @@ type Status struct {
 	Console string `json:"console,omitempty"`
 	// Agent is the guest agent's hello, when running.
 	Agent *AgentInfo `json:"agent,omitempty"`
+	// Libkrun is the libkrun the running VM loaded, and why that copy.
+	Libkrun *vmm.LibkrunInfo `json:"libkrun,omitempty"`
 }
 
 // Status reports the sandbox's state. A running VM counts as running only
@@ -803,7 +805,7 @@ func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
 	}
 	out := &Status{State: StateRunning}
 	if ri, err := vm.Runner(); err == nil {
-		out.Pid = ri.Pid
+		out.Pid, out.Libkrun = ri.Pid, ri.Libkrun
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

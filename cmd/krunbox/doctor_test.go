@@ -150,7 +150,7 @@ func TestDoctorLibkrunfw(t *testing.T) {
 		fatal                bool
 	}{
 		{"found", libkrun, filepath.Dir(krunfw),
-			[]string{"✓ libkrunfw: " + krunfw + ", ABI version 4", "✓ libkrun context"}, false},
+			[]string{"✓ libkrun: " + libkrun + " (" + krun.WhyEnv + ")", "✓ libkrunfw: " + krunfw + ", ABI version 4 (" + krun.WhySystem + ")", "✓ libkrun context"}, false},
 		{"missing", libkrun, none,
 			[]string{"✗ libkrunfw: load libkrunfw: " + testkrun.KrunfwName + ": cannot open shared object file", "fix: install libkrunfw"}, true},
 		{"no krunfw_get_version", libkrun, filepath.Dir(odd),

@@ -136,7 +136,7 @@ func Preflight(ctx context.Context, lib string) error {
 	case r.LoadErr != "":
 		add(errors.New(r.LoadErr), r.LoadHint())
 	case r.KrunfwErr != "" && !double:
-		add(fmt.Errorf("load libkrunfw: %s", r.KrunfwErr), "install libkrunfw, which holds the guest kernel libkrun boots")
+		add(fmt.Errorf("load libkrunfw: %s", r.KrunfwErr), "install libkrunfw, which holds the guest kernel libkrun boots: "+krun.InstallHint())
 	case r.ContextErr != "" && len(r.Missing) == 0:
 		add(fmt.Errorf("libkrun %s refused a sandbox's configuration: %s", r.Library, r.ContextErr), "")
 	}
