@@ -21,8 +21,8 @@ const HomeEnv = "KRUNBOX_HOME"
 // Why a candidate library file is tried, as [Library.Why] reports it.
 const (
 	WhyEnv       = "named by " + LibraryEnv
-	WhyBundled   = "installed with krunbox (" + BundleDir + " from the krunbox binary)"
-	WhyBeside    = "installed with krunbox (beside the krunbox binary)"
+	WhyBundled   = "installed with krunbox: " + BundleDir + " from the krunbox binary"
+	WhyBeside    = "installed with krunbox: beside the krunbox binary"
 	WhyHome      = "from $" + HomeEnv + "/lib"
 	WhySystem    = "found by the system's dynamic loader"
 	WhyGiven     = "named by the caller"
