@@ -561,7 +561,7 @@ func cmpOr(a, b string) string {
 // agentFile returns a host file holding the guest agent for arch, written
 // once into the cache by content.
 func (h *Host) agentFile(arch string) (string, error) {
-	bin, err := agentbin.Lookup(arch)
+	bin, err := agentbin.Lookup(arch, h.dirs.Cache)
 	if err != nil {
 		return "", err
 	}

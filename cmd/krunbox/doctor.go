@@ -148,7 +148,13 @@ func doctor(ctx context.Context, w io.Writer, o doctorOptions) bool {
 		c.ok("state directory", "%s is writable", dirs.State)
 	}
 
-	if src, size, err := vmm.AgentSource(runtime.GOARCH); err != nil {
+	// A krunbox built without make (go install) embeds no agent: it is
+	// built from the module's source into the cache, as for the SDK.
+	cache := ""
+	if dirs, err := hostapi.DefaultDirs(); err == nil {
+		cache = dirs.Cache
+	}
+	if src, size, err := vmm.AgentSource(runtime.GOARCH, cache); err != nil {
 		c.bad(true, "guest agent", err, "")
 	} else {
 		c.ok("guest agent", "linux/%s, %s (%d KiB)", runtime.GOARCH, src, size/1024)
