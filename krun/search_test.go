@@ -144,6 +144,9 @@ func TestInstallHint(t *testing.T) {
 			t.Errorf("hint %q lacks %q", h, w)
 		}
 	}
+	if !strings.Contains(h, InstallHint()) {
+		t.Errorf("hint %q lacks the platform's install hint", h)
+	}
 	id, _ := osRelease()
 	want := map[string]string{"fedora": "dnf install libkrun", "debian": "krunbox release bundle", "ubuntu": "no Ubuntu package"}[distro()]
 	if id != "" && want != "" && !strings.Contains(h, want) {

@@ -59,7 +59,8 @@ func TestDoctorReportsProblemsWithFixes(t *testing.T) {
 		{"no KVM under the test double", map[string]string{vmm.KVMDeviceEnv: "/nonexistent/kvm"}, []string{"--quick"},
 			[]string{"✗ hypervisor: cannot use KVM", "not needed by the test double", "fix: no /nonexistent/kvm"}, false},
 		{"missing libkrun", map[string]string{krun.LibraryEnv: "/nonexistent/libkrun.so.1"}, nil,
-			[]string{"✗ libkrun: load libkrun: /nonexistent/libkrun.so.1", "fix: install libkrun", "- boot: not tried"}, true},
+			// The fix says where to get libkrun on this platform.
+			[]string{"✗ libkrun: load libkrun: /nonexistent/libkrun.so.1", "fix: install libkrun", krun.InstallHint(), "- boot: not tried"}, true},
 		{"no agent", map[string]string{"KRUNBOX_AGENT": "/nonexistent/agent"}, nil,
 			[]string{"✗ guest agent: KRUNBOX_AGENT"}, true},
 		{"unwritable state", map[string]string{"KRUNBOX_HOME": "/proc/krunbox"}, nil,
