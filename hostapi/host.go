@@ -56,8 +56,9 @@ type HostOption func(*Host)
 // WithDirs sets the directories (default: DefaultDirs).
 func WithDirs(d Dirs) HostOption { return func(h *Host) { h.dirs = d } }
 
-// WithLibkrun names the libkrun library file to load (default: the
-// KRUNBOX_LIBKRUN variable, then the platform's usual names).
+// WithLibkrun names the libkrun library file to load (default: the search
+// of krun.Candidates: KRUNBOX_LIBKRUN, a libkrun installed with the
+// program, $KRUNBOX_HOME/lib, then the system's dynamic loader).
 func WithLibkrun(path string) HostOption { return func(h *Host) { h.libkrun = path } }
 
 // WithPullProgress receives the progress of image pulls done by Create.
