@@ -3,8 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
+	"github.com/krunbox/krunbox/internal/testutil/victim"
 )
 
 // hostileCase is one way a guest, an image or a project tries to reach
@@ -54,101 +53,12 @@ var hostileCases = []hostileCase{
 func testHostBoundary(t *testing.T, e *env) {
 	for _, c := range hostileCases {
 		t.Run(c.name, func(t *testing.T) {
-			v := newVictim(t)
+			v := victim.New(t)
 			// Checked last, after the sandboxes were removed, and
 			// whether the case ended early or not.
-			t.Cleanup(func() { v.check(t) })
-			c.run(t, newEnv(t, e.suite), v.dir)
+			t.Cleanup(func() { v.Check(t, "after the case") })
+			c.run(t, newEnv(t, e.suite), v.Path)
 		})
-	}
-}
-
-// victim is a host directory outside everything shared, holding what an
-// attacker would want: a secret, a key, a config file, a subdirectory.
-type victim struct {
-	dir  string
-	want map[string]string
-}
-
-func newVictim(t *testing.T) *victim {
-	t.Helper()
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, body := range map[string]string{
-		"secret":               "the victim's secret\n",
-		".ssh/authorized_keys": "ssh-ed25519 AAAA victim\n",
-		"agent.json":           `{"victim":true}` + "\n",
-		"krunbox-agent":        "#!/bin/sh\necho victim\n",
-	} {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink("secret", filepath.Join(dir, "link")); err != nil {
-		t.Fatal(err)
-	}
-	v := &victim{dir: dir}
-	v.want = v.snapshot(t)
-	return v
-}
-
-// snapshot describes every entry below the victim: type, mode, size,
-// content hash or link target.
-func (v *victim) snapshot(t *testing.T) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(v.dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		desc := fmt.Sprintf("%v %d", fi.Mode(), fi.Size())
-		switch {
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			sum := sha256.Sum256(b)
-			desc += " " + hex.EncodeToString(sum[:])
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			desc += " -> " + target
-		}
-		rel, _ := filepath.Rel(v.dir, p)
-		out[rel] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("victim: %v", err)
-	}
-	return out
-}
-
-func (v *victim) check(t *testing.T) {
-	t.Helper()
-	got := v.snapshot(t)
-	for p, w := range v.want {
-		if got[p] != w {
-			t.Errorf("victim %s changed: %q, was %q", p, got[p], w)
-		}
-	}
-	for p := range got {
-		if _, ok := v.want[p]; !ok {
-			t.Errorf("victim %s appeared: %s", p, got[p])
-		}
 	}
 }
 
@@ -290,11 +200,11 @@ func testShareSwapped(t *testing.T, e *env, victim string) {
 			t.Errorf("start after %s became a link to %s: started, /data holds %q", data, target, out.stdout)
 			continue
 		}
-		if !strings.Contains(r.stderr, data) {
-			t.Errorf("the refused start does not name the share %s: %s", data, r)
+		if r.code != 125 || !strings.Contains(r.stderr, data+": changed since the sandbox was created") || !strings.Contains(r.stderr, "krunbox rm "+name) {
+			t.Errorf("start after the guest replaced the share %s by a link: %s; want a refusal naming the share, with a hint to recreate the sandbox", data, r)
 		}
-		if st := e.ls()[name].State; st == "running" {
-			t.Errorf("a refused start left %s %s", name, st)
+		if st := e.ls()[name].State; st != "stopped" {
+			t.Errorf("a refused start left %s %s, want stopped", name, st)
 		}
 	}
 }

@@ -3,10 +3,7 @@ package hostapi
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
+	"github.com/krunbox/krunbox/internal/testutil/victim"
 )
 
 // The guest's hostile moves are played by the test on the host tree the
@@ -125,59 +123,6 @@ func onRequest(t *testing.T, typ protocol.Type, p string, do func()) func(protoc
 			do()
 		}
 	}
-}
-
-// victim makes a directory outside everything a copy touches, holding a
-// secret, and returns it with a check that it is byte for byte as it was.
-func victim(t *testing.T) (string, func()) {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "victim")
-	mustT(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
-	mustT(t, os.WriteFile(filepath.Join(dir, "secret"), []byte("victim's secret"), 0o600))
-	mustT(t, os.WriteFile(filepath.Join(dir, "sub", "key"), []byte("victim's key"), 0o600))
-	before := hashTree(t, dir)
-	return dir, func() {
-		t.Helper()
-		if after := hashTree(t, dir); after != before {
-			t.Errorf("the victim directory changed: hash %s, was %s", after, before)
-		}
-	}
-}
-
-// hashTree hashes a tree: names, types, modes, times, link targets and
-// contents.
-func hashTree(t *testing.T, root string) string {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(h, "%q %v %d %d\n", p, fi.Mode(), fi.ModTime().UnixNano(), fi.Size())
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(h, "-> %q\n", target)
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			h.Write(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // noSecrets fails when anything under root holds the victim's content.
@@ -317,7 +262,8 @@ func TestCopyInHostile(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			base := t.TempDir()
 			src, dst := filepath.Join(base, "src"), filepath.Join(t.TempDir(), "dst")
-			victim, unchanged := victim(t)
+			v := victim.New(t)
+			victim := v.Path
 			// A victim next to src too, for relative links.
 			mustT(t, os.Symlink(victim, filepath.Join(base, "victim")))
 			c := hookedClient(t, tt.setup(t, src, dst, victim))
@@ -330,7 +276,7 @@ func TestCopyInHostile(t *testing.T) {
 			}
 			tt.check(t, dst, victim)
 			noSecrets(t, dst)
-			unchanged()
+			v.Check(t, "after the copy")
 		})
 	}
 }
@@ -446,7 +392,8 @@ func TestCopyOutHostile(t *testing.T) {
 			mustT(t, os.Symlink("f", filepath.Join(src, "d", "link")))
 			mustT(t, syscall.Mkfifo(filepath.Join(src, "fifo"), 0o644))
 			dst := filepath.Join(t.TempDir(), "dst")
-			victim, unchanged := victim(t)
+			v := victim.New(t)
+			victim := v.Path
 			c := hookedClient(t, tt.prepare(t, src, dst, victim))
 			err := c.CopyOut(testContext(t), src, dst)
 			switch {
@@ -458,7 +405,7 @@ func TestCopyOutHostile(t *testing.T) {
 			if tt.check != nil {
 				tt.check(t, dst)
 			}
-			unchanged()
+			v.Check(t, "after the copy")
 		})
 	}
 }

@@ -19,4 +19,35 @@
 //
 // A program importing this package is its own VM runner (see package vmm):
 // no separate binary, no line to add to main.
+//
+// # What the guest, an image and a repository control
+//
+// The guest is hostile, and so are images and cloned repositories. These
+// host paths hold what they shape, and the code here touches them only
+// through package internal/confine (names resolved below a directory
+// handle, no symlink followed out, files opened without blocking, reads
+// bounded) or by descriptor:
+//
+//   - the sandbox's root: its writable layer (<state>/sandboxes/NAME/upper)
+//     or its copy of the image (rootfs), written by the guest. The host
+//     writes /.krunbox there at each start, replacing whatever the image or
+//     the guest put in its place, and removes the whole tree at Remove
+//     (never following a link out of it);
+//   - every share, the workspace first, written live by the guest: at each
+//     start each share is checked again as at Create and opened with no
+//     symlink on its way, and that descriptor is what the VM gets; the git
+//     files that the host's git runs or obeys (hooks, config, a .git file,
+//     the git directories themselves) are mounted read-only or pinned under
+//     the share, or fingerprinted where the runner has no mount namespace;
+//     the workspace's .git file and git's records outside it are read
+//     bounded, without following links;
+//   - host trees that CopyIn reads and CopyOut fills, which may lie in a
+//     share: walked by descriptor, links copied as links, never followed;
+//   - the console log (<state>/sandboxes/NAME/console.log), whose content
+//     and size the guest decides: only its tail is read;
+//   - the image's flattened tree (package oci): extracted with
+//     openat2(RESOLVE_IN_ROOT), set-id bits dropped on export.
+//
+// Everything the guest agent sends back (frames, sizes, names, paths) is
+// bounded and checked by [Client].
 package hostapi

@@ -89,7 +89,7 @@ func (p *gitPlanner) add(path string, writable bool) error {
 // dir, if it is one.
 func (p *gitPlanner) checkout(dir string) error {
 	dotgit := filepath.Join(dir, ".git")
-	fi, err := os.Lstat(dotgit)
+	fi, err := lstatNoSymlinks(dotgit)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
@@ -113,13 +113,16 @@ func (p *gitPlanner) checkout(dir string) error {
 	if !ok {
 		return nil // not a .git file git reads: git ignores it
 	}
-	if gitdir, err = resolveFrom(dir, gitdir); err != nil {
+	if gitdir, err = p.resolve(dir, gitdir); err != nil {
+		return err
+	}
+	if gitdir == "" {
 		return nil // points nowhere: git finds no repository
 	}
 	common := ""
 	if b, err := confine.ReadFileNoSymlinks(filepath.Join(gitdir, "commondir"), confine.DefaultMaxRead); err == nil {
-		if common, err = resolveFrom(gitdir, strings.TrimSpace(string(b))); err != nil {
-			common = ""
+		if common, err = p.resolve(gitdir, strings.TrimSpace(string(b))); err != nil {
+			return err
 		}
 	}
 	if common == "" {
@@ -129,6 +132,25 @@ func (p *gitPlanner) checkout(dir string) error {
 		return err
 	}
 	return p.gitDir(gitdir, dir, true)
+}
+
+// resolve resolves the path p that git follows (relative to dir when
+// not absolute) to what it names now, or "" when it names nothing. Inside
+// a share it may not go through a symlink: the guest could point that
+// elsewhere once the start has protected what it named.
+func (p *gitPlanner) resolve(dir, path string) (string, error) {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(dir, path)
+	}
+	path = filepath.Clean(path)
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", nil
+	}
+	if real != path && p.share(path) != "" {
+		return "", &gitProtectError{fmt.Errorf("git follows %s, which goes through a symlink in a share: the guest could point it elsewhere", path)}
+	}
+	return real, nil
 }
 
 // gitDir protects the git directory g, whose checkout is at checkout:
@@ -323,10 +345,14 @@ func (p *gitPlanner) modules(root *os.Root, g, dir string, depth int) error {
 		// must not point it elsewhere.
 		if checkout != "" {
 			dotgit := filepath.Join(filepath.Clean(checkout), ".git")
-			if fi, err := os.Lstat(dotgit); err == nil && fi.Mode().IsRegular() {
+			fi, err := lstatNoSymlinks(dotgit)
+			switch {
+			case err == nil && fi.Mode().IsRegular():
 				if err := p.add(dotgit, false); err != nil {
 					return err
 				}
+			case err != nil && !errors.Is(err, fs.ErrNotExist) && p.share(dotgit) != "":
+				return &gitProtectError{fmt.Errorf("submodule checkout of %s: %w", mg, err)}
 			}
 		}
 	}

@@ -8,10 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/testutil/gitattack"
 )
 
 // makeTree writes files (path: content; a path ending in "/" is a
@@ -146,6 +149,25 @@ func TestPlanGit(t *testing.T) {
 			wantErr: "symlink",
 		},
 		{
+			name: ".git file through a symlink in the workspace",
+			files: map[string]string{
+				"ws/real/gd/HEAD": "x", "ws/real/gd/config": "", "ws/real/gd/hooks/": "",
+				"ws/link": "->real", "ws/.git": "gitdir: link/gd\n",
+			},
+			wantErr: "symlink",
+		},
+		{
+			name: ".git file through the host's symlink outside the shares",
+			files: map[string]string{
+				"repo/.git/HEAD": "x", "repo/.git/config": "", "repo/.git/hooks/": "",
+				"hostlink": "->repo", "ws/.git": "gitdir: ../hostlink/.git\n",
+			},
+			mounts: func(dir string) []Mount {
+				return []Mount{{HostPath: filepath.Join(dir, "ws")}, {HostPath: filepath.Join(dir, "repo/.git")}}
+			},
+			want: []string{"repo/.git/config", "repo/.git/hooks", "ws/.git"},
+		},
+		{
 			name:    "hooksPath through a symlink in the workspace",
 			files:   map[string]string{"ws/real/": "", "ws/link": "->real", "ws/.git/HEAD": "x", "ws/.git/hooks/": "", "ws/.git/config": "[core]\n\thooksPath = link/hooks\n"},
 			wantErr: "symlink",
@@ -214,65 +236,55 @@ func gitRepo(t *testing.T) string {
 	return ws
 }
 
-// gitFiles reads the files that git runs or obeys in ws/.git.
-func gitFiles(t *testing.T, ws string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	g := filepath.Join(ws, ".git")
-	for _, p := range []string{"config", "hooks"} {
-		filepath.Walk(filepath.Join(g, p), func(path string, fi os.FileInfo, err error) error {
-			if err != nil {
-				out[path] = err.Error()
-				return nil
-			}
-			b, _ := os.ReadFile(path)
-			out[path] = fi.Mode().String() + " " + string(b)
-			return nil
-		})
-	}
-	return out
-}
-
-// The guest's attempts at what the host's git would run.
-const gitAttacks = `cd $WS
-echo 'echo pwned' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && echo hook-written
-printf '[core]\n\tfsmonitor = "echo pwned"\n' >> .git/config && echo config-appended
-echo x > .git/config.new && mv .git/config.new .git/config && echo config-replaced
-rm -rf .git/hooks && ln -s /tmp .git/hooks && echo hooks-symlinked
-mv .git .git2 && mkdir -p .git/hooks && echo moved
-true`
-
-// What git writes in a commit, done by hand (the test image has no git).
-const gitCommitByHand = `cd $WS
-mkdir -p .git/objects/ab && echo blob > .git/objects/ab/cdef && echo obj
-echo 0123 > .git/refs/heads/main.lock && mv .git/refs/heads/main.lock .git/refs/heads/main && echo ref
-echo index > .git/index.lock && mv .git/index.lock .git/index && echo index
-echo log >> .git/logs/HEAD && echo log`
-
 func TestGitReadOnlyInTheGuest(t *testing.T) {
 	ws := gitRepo(t)
 	h, ref := testHost(t)
-	before := gitFiles(t, ws)
+	before := gitattack.Files(t, ws)
 	sb := started(t, h, Config{Image: ref, Workspace: ws})
 	gp, err := sb.GitProtection()
 	if err != nil || gp.Mode != GitMounts || len(gp.Paths) != 3 || len(gp.Changed) != 0 {
 		t.Fatalf("GitProtection = %+v, %v; want read-only mounts of .git, its config and hooks", gp, err)
 	}
-	out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitAttacks)
+	out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitattack.Attacks)
 	if out != "" {
 		t.Errorf("the guest changed what the host's git runs: %q", out)
 	}
-	if after := gitFiles(t, ws); !maps.Equal(before, after) {
+	if after := gitattack.Files(t, ws); !maps.Equal(before, after) {
 		t.Errorf("the host's .git changed:\nbefore %v\nafter  %v", before, after)
 	}
 	if _, err := os.Lstat(filepath.Join(ws, ".git2")); err == nil {
 		t.Error("the guest renamed .git")
 	}
-	if out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitCommitByHand); out != "obj\nref\nindex\nlog" {
+	if out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitattack.CommitByHand); out != "obj\nref\nindex\nlog" {
 		t.Errorf("what a commit writes, from the guest: %q", out)
 	}
-	if b, err := os.ReadFile(filepath.Join(ws, ".git/refs/heads/main")); err != nil || string(b) != "0123\n" {
+	if b, err := os.ReadFile(filepath.Join(ws, ".git/refs/heads/main")); err != nil || string(b) != "1111111111111111111111111111111111111111\n" {
 		t.Errorf("the guest's ref update on the host: %q, %v", b, err)
+	}
+}
+
+// A workspace that is no checkout: a .git the guest makes there would be
+// the guest's own, hooks and config included; it shows as a change.
+func TestGitAppearing(t *testing.T) {
+	ws, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Image: ref, Workspace: ws})
+	if err := sb.CheckGit(); err != nil {
+		t.Fatal(err)
+	}
+	run(t, sb, "sh", "-c", "mkdir -p "+ws+"/.git/hooks && echo x > "+ws+"/.git/hooks/post-checkout")
+	var ge *GitChangedError
+	if err := sb.CheckGit(); !errors.As(err, &ge) || !slices.Equal(ge.Changed, []string{filepath.Join(ws, ".git")}) {
+		t.Fatalf("CheckGit after the guest made a .git: %v", err)
+	}
+	if err := sb.AcceptGitChanges(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.CheckGit(); err != nil {
+		t.Fatalf("CheckGit once accepted: %v", err)
 	}
 }
 
@@ -283,7 +295,7 @@ func TestGitWritable(t *testing.T) {
 	if gp, err := sb.GitProtection(); err != nil || gp.Mode != GitOff || len(gp.Paths) != 0 {
 		t.Fatalf("GitProtection = %+v, %v; want off", gp, err)
 	}
-	if out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitAttacks); out != "hook-written\nconfig-appended\nconfig-replaced\nhooks-symlinked\nmoved" {
+	if out := run(t, sb, "sh", "-c", "WS="+ws+"; "+gitattack.Attacks); out != strings.TrimSuffix(gitattack.AllSucceeded, "\n") {
 		t.Errorf("with GitWritable, the guest's writes: %q", out)
 	}
 	if target, err := os.Readlink(filepath.Join(ws, ".git2/hooks")); err != nil || target != "/tmp" {
@@ -334,4 +346,133 @@ func TestGitFingerprintFallback(t *testing.T) {
 		t.Fatalf("CheckGit after the guest replaced .git: %v", err)
 	}
 	sb.Stop(context.Background())
+}
+
+// gitCmd runs git in dir, failing the test on error.
+func gitCmd(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+// A worktree's workspace shares its repository's git directory: its
+// hooks and config are read-only there too, the .git file cannot be
+// pointed elsewhere, and what git writes for the worktree still works.
+func TestGitWorktreeReadOnly(t *testing.T) {
+	repo := gitRepo(t)
+	wt := filepath.Join(filepath.Dir(repo), filepath.Base(repo)+"-wt")
+	gitCmd(t, repo, "worktree", "add", "-q", wt)
+	t.Cleanup(func() { os.RemoveAll(wt) })
+	common := filepath.Join(repo, ".git")
+	before := gitattack.Files(t, repo)
+	dotgit, _ := os.ReadFile(filepath.Join(wt, ".git"))
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Image: ref, Workspace: wt})
+	out := run(t, sb, "sh", "-c", `cd `+wt+`
+echo evil > `+common+`/hooks/post-checkout && echo hook-written
+echo evil >> `+common+`/config && echo config-appended
+echo 'gitdir: /tmp/evil' > .git && echo dotgit-rewritten
+mv `+common+`/worktrees/`+filepath.Base(wt)+` /tmp/x && echo gitdir-moved
+echo ref: refs/heads/other > `+common+`/worktrees/`+filepath.Base(wt)+`/HEAD && echo head-written
+echo blob > `+common+`/objects/new && echo object-written`)
+	if out != "head-written\nobject-written" {
+		t.Errorf("the guest, in a worktree: %q; want only HEAD and an object written", out)
+	}
+	if after := gitattack.Files(t, repo); !maps.Equal(before, after) {
+		t.Errorf("the repository's hooks or config changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if b, _ := os.ReadFile(filepath.Join(wt, ".git")); string(b) != string(dotgit) {
+		t.Errorf("the worktree's .git file is now %q, was %q", b, dotgit)
+	}
+}
+
+// A submodule's git directory, under .git/modules, is protected like the
+// workspace's own, and its checkout's .git file cannot be pointed
+// elsewhere.
+func TestGitSubmoduleReadOnly(t *testing.T) {
+	sub := gitRepo(t)
+	ws := gitRepo(t)
+	gitCmd(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", sub, "lib")
+	mod := filepath.Join(ws, ".git/modules/lib")
+	config, _ := os.ReadFile(filepath.Join(mod, "config"))
+	libGit, _ := os.ReadFile(filepath.Join(ws, "lib/.git"))
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Image: ref, Workspace: ws})
+	out := run(t, sb, "sh", "-c", `cd `+ws+`
+echo evil > .git/modules/lib/hooks/post-checkout && echo hook-written
+echo evil >> .git/modules/lib/config && echo config-appended
+echo 'gitdir: /tmp/evil' > lib/.git && echo dotgit-rewritten
+mv .git/modules/lib .git/modules/lib2 && echo moddir-moved
+echo blob > .git/modules/lib/objects/new && echo object-written`)
+	if out != "object-written" {
+		t.Errorf("the guest, on a submodule: %q; want only an object written", out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "lib/.git")); string(b) != string(libGit) {
+		t.Errorf("the submodule's .git file is now %q, was %q", b, libGit)
+	}
+	if b, _ := os.ReadFile(filepath.Join(mod, "config")); string(b) != string(config) {
+		t.Errorf("the submodule's config is now %q, was %q", b, config)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(mod, "hooks")); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == "post-checkout" }) {
+		t.Error("the guest wrote a hook of the submodule")
+	}
+}
+
+// A fingerprint sees every change the guest can make to a protected path,
+// opens nothing that could block, follows no symlink, and is bounded.
+func TestFingerprint(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	makeTree(t, dir, map[string]string{".git/config": "[core]\n", ".git/hooks/a": "#!/bin/sh\n", "elsewhere/a": "#!/bin/sh\n"})
+	g := filepath.Join(dir, ".git")
+	paths := []vmm.Protect{{Path: g, Writable: true}, {Path: filepath.Join(g, "config")}, {Path: filepath.Join(g, "hooks")}}
+	base, err := fingerprint(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name   string
+		change func()
+		want   string
+	}{
+		{"same size, other content", func() { os.WriteFile(filepath.Join(g, "hooks/a"), []byte("#!/bin/zz\n"), 0o644) }, "hooks/a"},
+		{"mode", func() { os.Chmod(filepath.Join(g, "hooks/a"), 0o755) }, "hooks/a"},
+		{"new symlink", func() { os.Symlink("/bin/true", filepath.Join(g, "hooks/post-checkout")) }, "hooks/post-checkout"},
+		{"FIFO", func() { syscall.Mkfifo(filepath.Join(g, "hooks/fifo"), 0o644) }, "hooks/fifo"},
+		{"config", func() { os.WriteFile(filepath.Join(g, "config"), []byte("[core]\n\tfsmonitor = x\n"), 0o644) }, "config"},
+		{"hooks replaced by a symlink", func() {
+			os.RemoveAll(filepath.Join(g, "hooks"))
+			os.Symlink("../elsewhere", filepath.Join(g, "hooks"))
+		}, "hooks"},
+		{".git replaced by a symlink to a copy", func() {
+			os.Rename(g, filepath.Join(dir, "copy"))
+			os.Symlink("copy", g)
+		}, ".git"},
+	}
+	for _, st := range steps {
+		st.change()
+		now, err := fingerprint(paths)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if diff := fingerprintDiff(base, now); !slices.Contains(diff, filepath.Join(g, st.want)) && !(st.want == ".git" && slices.Contains(diff, g)) {
+			t.Errorf("%s: changes %q, want %s among them", st.name, diff, st.want)
+		}
+		base = now
+	}
+
+	many := filepath.Join(dir, "many")
+	os.Mkdir(many, 0o755)
+	for i := range maxFingerprintEntries + 1 {
+		os.WriteFile(filepath.Join(many, strconv.Itoa(i)), nil, 0o644)
+	}
+	if _, err := fingerprint([]vmm.Protect{{Path: many}}); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("fingerprint of %d entries: %v, want a bound", maxFingerprintEntries+1, err)
+	}
 }

@@ -66,6 +66,10 @@ type gitState struct {
 	Mode        GitProtectionMode `json:"mode"`
 	Paths       []vmm.Protect     `json:"paths,omitempty"`
 	Fingerprint map[string]string `json:"fingerprint,omitempty"`
+	// Absent are the .git paths of read-write shares that held no
+	// checkout at start: a git directory the guest makes there is all its
+	// own, so one appearing counts as a change.
+	Absent []string `json:"absent,omitempty"`
 }
 
 func (s *Sandbox) readGitState() (*gitState, error) {
@@ -102,6 +106,12 @@ func (s *Sandbox) protectGit(spec *vmm.Spec) error {
 			return fmt.Errorf("protect git's hooks and config: %w", err)
 		}
 		st.Paths = paths
+		for _, m := range s.rec.Mounts {
+			p := filepath.Join(m.HostPath, ".git")
+			if _, err := lstatNoSymlinks(p); !m.ReadOnly && errors.Is(err, fs.ErrNotExist) {
+				st.Absent = append(st.Absent, p)
+			}
+		}
 		if s.host.protectsPaths(spec.Root) {
 			st.Mode = GitMounts
 			spec.Protect = paths
@@ -117,7 +127,8 @@ func (s *Sandbox) protectGit(spec *vmm.Spec) error {
 
 // GitProtection says how the sandbox's git directories were protected at
 // its last start and, where they could not be made read-only, which
-// protected paths changed since.
+// protected paths changed since; in any mode, a .git that appeared in a
+// read-write share that had none counts as changed.
 func (s *Sandbox) GitProtection() (*GitProtection, error) {
 	st, err := s.readGitState()
 	if err != nil || st == nil {
@@ -131,7 +142,24 @@ func (s *Sandbox) GitProtection() (*GitProtection, error) {
 		}
 		out.Changed = fingerprintDiff(st.Fingerprint, now)
 	}
+	out.Changed = append(out.Changed, appeared(st.Absent)...)
 	return out, nil
+}
+
+// appeared returns the paths of absent that exist now. A path whose
+// directory is gone, or is now reached through a symlink (the share itself
+// was swapped: the next start refuses it), has not appeared: nothing the
+// guest wrote is there.
+func appeared(absent []string) []string {
+	var out []string
+	for _, p := range absent {
+		_, err := lstatNoSymlinks(p)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // CheckGit returns a *GitChangedError when the sandbox's git hooks or
@@ -151,16 +179,21 @@ func (s *Sandbox) CheckGit() error {
 }
 
 // AcceptGitChanges records the current state of the protected git hooks
-// and config as the reference of CheckGit, once the user reviewed what
-// changed.
+// and config as the reference of CheckGit, and accepts the git
+// directories that appeared (they are protected from the next start on),
+// once the user reviewed what changed.
 func (s *Sandbox) AcceptGitChanges() error {
 	st, err := s.readGitState()
-	if err != nil || st == nil || st.Mode != GitFingerprint {
+	if err != nil || st == nil {
 		return err
 	}
-	if st.Fingerprint, err = fingerprint(st.Paths); err != nil {
-		return fmt.Errorf("sandbox %s: fingerprint git's hooks and config: %w", s.name, err)
+	if st.Mode == GitFingerprint {
+		if st.Fingerprint, err = fingerprint(st.Paths); err != nil {
+			return fmt.Errorf("sandbox %s: fingerprint git's hooks and config: %w", s.name, err)
+		}
 	}
+	// Protected from the next start on.
+	st.Absent = slices.DeleteFunc(st.Absent, func(p string) bool { return len(appeared([]string{p})) > 0 })
 	return s.writeGitState(st)
 }
 
@@ -193,13 +226,11 @@ func (e *GitChangedError) Hint() string {
 func fingerprint(paths []vmm.Protect) (map[string]string, error) {
 	fp := &fingerprinter{out: map[string]string{}}
 	for _, p := range paths {
-		fi, err := os.Lstat(p.Path)
-		if errors.Is(err, fs.ErrNotExist) {
-			fp.out[p.Path] = "missing"
-			continue
-		}
+		fi, err := lstatNoSymlinks(p.Path)
 		if err != nil {
-			return nil, err
+			// Missing, or reached through a symlink: a change in itself.
+			fp.out[p.Path] = "unreachable"
+			continue
 		}
 		if p.Writable {
 			fp.out[p.Path+" (pinned)"] = "identity " + identity(fi)
@@ -210,6 +241,17 @@ func fingerprint(paths []vmm.Protect) (map[string]string, error) {
 		}
 	}
 	return fp.out, nil
+}
+
+// lstatNoSymlinks is os.Lstat, but refusing a symlink in the directories
+// on the way (ELOOP).
+func lstatNoSymlinks(p string) (fs.FileInfo, error) {
+	root, err := openRootNoSymlinks(filepath.Dir(p))
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	return root.Lstat(filepath.Base(p))
 }
 
 type fingerprinter struct {
@@ -231,7 +273,12 @@ func (fp *fingerprinter) entry(path string, fi fs.FileInfo) error {
 		}
 		desc += " " + sum
 	case fi.Mode().Type() == fs.ModeSymlink:
-		target, err := os.Readlink(path)
+		root, err := openRootNoSymlinks(filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		target, err := root.Readlink(filepath.Base(path))
 		if err != nil {
 			return err
 		}

@@ -2,14 +2,13 @@ package hostapi
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
+	"github.com/krunbox/krunbox/internal/testutil/victim"
 )
 
 // An image whose layer holds /.krunbox -> a host directory, and a guest
@@ -35,22 +34,8 @@ func TestKrunboxLinkInImageOrRootNeverWrittenThrough(t *testing.T) {
 				opts = append(opts, WithLibkrun(testkrun.Build(t, "-DTESTKRUN_LEGACY")))
 			}
 			h, _ := testHost(t, opts...)
-			victim := filepath.Join(t.TempDir(), "victim")
-			if err := os.Mkdir(victim, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			for _, name := range []string{"agent.json", "krunbox-agent"} {
-				if err := os.WriteFile(filepath.Join(victim, name), []byte("victim's "+name), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			before := testimage.ReadTree(t, victim)
-			checkVictim := func(when string) {
-				t.Helper()
-				for _, d := range testimage.CompareTrees(before, testimage.ReadTree(t, victim), true, true) {
-					t.Errorf("%s: victim directory changed: %s", when, d)
-				}
-			}
+			v := victim.New(t)
+			victim := v.Path
 
 			img, err := mutate.AppendLayers(testimage.Busybox(t), testimage.Layer(t, testimage.Symlink(".krunbox", victim)))
 			if err != nil {
@@ -66,7 +51,7 @@ func TestKrunboxLinkInImageOrRootNeverWrittenThrough(t *testing.T) {
 				t.Skipf("no overlay roots here: %s", sb.Root().Reason)
 			}
 			err = sb.Start(t.Context())
-			checkVictim("first start")
+			v.Check(t, "first start")
 			if err != nil {
 				t.Fatalf("start: %v", err)
 			}
@@ -79,7 +64,7 @@ func TestKrunboxLinkInImageOrRootNeverWrittenThrough(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = sb.Start(t.Context())
-			checkVictim("second start")
+			v.Check(t, "second start")
 			if err != nil {
 				t.Fatalf("start after the guest planted /.krunbox: %v", err)
 			}

@@ -150,7 +150,7 @@ func TestGitDirsOutside(t *testing.T) {
 		want      []string
 	}{
 		{"ordinary checkout", repo, nil},
-		{"not a checkout", t.TempDir(), nil},
+		{"not a checkout", mkdir(t, filepath.Join(root, "plain")), nil},
 		{"worktree outside the repository", filepath.Join(root, "wt"), []string{filepath.Join(repo, ".git")}},
 		{"worktree inside the repository", filepath.Join(repo, "inner-wt"), []string{filepath.Join(repo, ".git")}},
 		{"submodule", filepath.Join(super, "sub"), []string{filepath.Join(super, ".git", "modules", "sub")}},
@@ -201,7 +201,7 @@ func TestGitDirsOutside(t *testing.T) {
 	}
 
 	t.Run("broken .git file", func(t *testing.T) {
-		ws := t.TempDir()
+		ws, _ := filepath.EvalSymlinks(t.TempDir())
 		if err := os.WriteFile(filepath.Join(ws, ".git"), []byte("nonsense\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -25,7 +25,7 @@ func (s *Sandbox) checkMounts() error {
 	for _, m := range s.rec.Mounts {
 		dir, err := confine.OpenDirNoSymlinks(m.HostPath)
 		if err != nil {
-			return &shareChangedError{name: s.name, err: fmt.Errorf("%w %s: %s since the sandbox was created: not sharing it", ErrInvalidMount, m.HostPath, whatChanged(m.HostPath, err))}
+			return &shareChangedError{name: s.name, err: fmt.Errorf("%w %s: changed since the sandbox was created (%s): not sharing it", ErrInvalidMount, m.HostPath, whatChanged(m.HostPath, err))}
 		}
 		dir.Close()
 	}

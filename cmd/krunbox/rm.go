@@ -26,6 +26,7 @@ with -f.`,
 			if err != nil {
 				return err
 			}
+			var gitErrs []error
 			for _, name := range args {
 				sb, err := h.Get(name)
 				switch {
@@ -43,12 +44,20 @@ with -f.`,
 						return withHint(fmt.Errorf("sandbox %s is %s", name, st.State), "stop it first, or 'krunbox rm -f "+name+"'")
 					}
 				}
+				var gitErr error
+				if sb != nil {
+					gitErr = stopForRemoval(ctx, sb)
+				}
 				if err := h.Remove(ctx, name); err != nil {
 					return err
 				}
 				fmt.Fprintln(s.out, name)
+				if gitErr != nil {
+					gitErrs = append(gitErrs, gitErr)
+				}
 			}
-			return nil
+			// Removed all the same, but said, and not with success.
+			return errors.Join(gitErrs...)
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "stop a running sandbox first; remove a damaged one")

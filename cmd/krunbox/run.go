@@ -114,9 +114,13 @@ func runInSandbox(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, argv
 		defer cancel()
 		var cerr error
 		if rm {
+			gitErr := stopForRemoval(cctx, sb)
 			// Another krunbox may have removed it once its VM stopped.
 			if cerr = sb.Remove(cctx); errors.Is(cerr, hostapi.ErrNotFound) {
 				cerr = nil
+			}
+			if cerr == nil {
+				cerr = gitErr
 			}
 		} else {
 			cerr = sb.Stop(cctx)

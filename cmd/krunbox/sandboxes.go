@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,4 +60,17 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// stopForRemoval stops sb before it is removed and returns what its guest
+// changed in git's hooks and config where they could not be read-only (a
+// *hostapi.GitChangedError, with advice for a sandbox that is going): its
+// record goes with the sandbox, so this is the last word on it. Other
+// errors are left to the removal, which stops the sandbox too.
+func stopForRemoval(ctx context.Context, sb *hostapi.Sandbox) error {
+	var ge *hostapi.GitChangedError
+	if err := sb.Stop(ctx); errors.As(err, &ge) {
+		return withHint(ge, "review them before you run git on the host: the sandbox is removed, and krunbox will not say it again")
+	}
+	return nil
 }

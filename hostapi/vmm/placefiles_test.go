@@ -1,36 +1,14 @@
 package vmm
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
+	"github.com/krunbox/krunbox/internal/testutil/victim"
 )
-
-// victimDir makes a host directory outside every root, holding what the
-// runner would write there if it followed a planted /.krunbox link.
-func victimDir(t *testing.T) (string, map[string]testimage.Node) {
-	t.Helper()
-	victim := filepath.Join(t.TempDir(), "victim")
-	if err := os.Mkdir(victim, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, body := range map[string]string{"agent.json": "victim's config\n", "krunbox-agent": "victim's program\n"} {
-		if err := os.WriteFile(filepath.Join(victim, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return victim, testimage.ReadTree(t, victim)
-}
-
-func checkVictim(t *testing.T, victim string, want map[string]testimage.Node) {
-	t.Helper()
-	for _, d := range testimage.CompareTrees(want, testimage.ReadTree(t, victim), true, true) {
-		t.Errorf("victim directory changed: %s", d)
-	}
-}
 
 // A /.krunbox symlink to a host directory, in the image or planted by the
 // guest before a start, is replaced in the sandbox's root: the runner's
@@ -48,7 +26,8 @@ func TestPlantedKrunboxLinkIsReplaced(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			skipIfReal(t)
-			victim, before := victimDir(t)
+			v := victim.New(t)
+			victim := v.Path
 			// The guest shows what it got, then plants the link itself.
 			spec, dir := shellSpec(t, `cat /.krunbox/agent.json; rm -rf /.krunbox; /bin/busybox ln -s `+victim+` /.krunbox`)
 			if tt.legacy {
@@ -74,7 +53,7 @@ func TestPlantedKrunboxLinkIsReplaced(t *testing.T) {
 				if got := readFile(t, spec.ConsoleLog); got != "config\n" {
 					t.Errorf("run %d: the guest read %q as its config", run, got)
 				}
-				checkVictim(t, victim, before)
+				v.Check(t, fmt.Sprintf("run %d", run))
 			}
 
 			// Directories where krunbox's files go are replaced too.

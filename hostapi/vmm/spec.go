@@ -98,7 +98,10 @@ func (r Root) Path() string {
 type Share struct {
 	// Tag names the share for the guest's mount: 1 to 36 bytes.
 	Tag string `json:"tag"`
-	// HostPath is the shared host directory.
+	// HostPath is the shared host directory: an absolute path with no
+	// symlink in any component (resolve it first), or the runner refuses
+	// to share it, since a symlink there may have been planted by whoever
+	// can write its parent.
 	HostPath string `json:"host_path"`
 	// ReadOnly makes the share read-only (libkrun 1.18 or later).
 	ReadOnly bool `json:"read_only,omitempty"`

@@ -872,7 +872,7 @@ echo obj > g/objects/o && echo obj-written`, "MNT", mnt)
 	if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
 		t.Fatalf("exit %v: %s", es, readFile(t, spec.ConsoleLog))
 	}
-	out := readFile(t, spec.ConsoleLog)
+	out := strings.ReplaceAll(readFile(t, spec.ConsoleLog), "\r\n", "\n") // a real VM's console
 	for _, want := range []string{"hook-refused", "config-refused", "rename-refused", "rmdir-refused", "mv-refused", "obj-written"} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("console lacks %q: %q", want, out)

@@ -32,7 +32,7 @@ func BindOver(p string, readOnly bool) error {
 		return &fs.PathError{Op: "bind", Path: p, Err: err}
 	}
 	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
-		return &fs.PathError{Op: "bind", Path: p, Err: fmt.Errorf("%w: %s, want a directory or a regular file", ErrNotRegular, kind(modeType(t)))}
+		return &fs.PathError{Op: "bind", Path: p, Err: fmt.Errorf("%w: %s, want a directory or a regular file", ErrNotRegular, kind(unixType(t)))}
 	}
 	fd := int(f.Fd())
 	err = bindNew(fd, readOnly)
@@ -93,21 +93,4 @@ func bindOld(p string, fd int, st *unix.Stat_t, readOnly bool) error {
 		return fmt.Errorf("remount read-only: %w", err)
 	}
 	return nil
-}
-
-// modeType converts the S_IFMT bits of a stat to a FileMode type.
-func modeType(t uint32) fs.FileMode {
-	switch t {
-	case unix.S_IFLNK:
-		return fs.ModeSymlink
-	case unix.S_IFIFO:
-		return fs.ModeNamedPipe
-	case unix.S_IFSOCK:
-		return fs.ModeSocket
-	case unix.S_IFCHR:
-		return fs.ModeDevice | fs.ModeCharDevice
-	case unix.S_IFBLK:
-		return fs.ModeDevice
-	}
-	return fs.ModeIrregular
 }
