@@ -25,7 +25,7 @@ TEST_IMAGE := $(BUILD)/testimage
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: all build agent krunbox testkrun testimage test unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox testkrun testimage test unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -45,6 +45,16 @@ krunbox: agent
 ifeq ($(UNAME_S),Darwin)
 	codesign --entitlements hack/hvf-entitlements.plist --force -s - $(BUILD)/krunbox
 endif
+
+# The libkrun and libkrunfw that make dist and make pi-package bundle: a folder holding
+# libkrun.so.1 and libkrunfw.so.5 (or their versioned files). Without it both still work,
+# and say that the result needs a system libkrun. CI: LIBKRUN_DIR=../shared/realvm/lib.
+LIBKRUN_DIR     ?=
+LIBKRUN_DIR_ABS  = $(if $(LIBKRUN_DIR),$(abspath $(LIBKRUN_DIR)))
+
+## dist: the release bundle build/dist/krunbox-VERSION-OS-ARCH.tar.gz (LIBKRUN_DIR=DIR: with libkrun and libkrunfw)
+dist: build
+	KRUNBOX=$(BUILD)/krunbox VERSION=$(VERSION) OUT=$(BUILD)/dist LIBKRUN_DIR=$(LIBKRUN_DIR_ABS) hack/dist/dist.sh bundle
 
 ## testkrun: the libkrun test double (hack/testkrun), for machines without KVM
 testkrun: $(TESTKRUN)
@@ -80,16 +90,18 @@ PI_VERSION  = $(shell node -p 'require("./pi/package.json").version' 2>/dev/null
 PI_TARBALL  = $(BUILD)/pi-krunbox-$(PI_VERSION).tgz
 PI_DEPS     = @test -d pi/node_modules || { echo "$@: pi/node_modules is missing: run 'npm ci' in pi/ (.ci/run does)"; exit 1; }
 
-## pi-package: the pi extension's npm tarball, with this host's krunbox inside
+## pi-package: the pi extension's npm tarball, with this host's krunbox inside (LIBKRUN_DIR=DIR: and libkrun)
 pi-package: build pi-tarball
 
-# pi-tarball packs the pi extension with the krunbox already in $(BUILD).
+# pi-tarball packs the pi extension with the krunbox already in $(BUILD), and with
+# LIBKRUN_DIR's libkrun and libkrunfw beside it (where krunbox finds them).
 pi-tarball:
 	@test -x $(BUILD)/krunbox || { echo "$@: $(BUILD)/krunbox is missing: run make build"; exit 1; }
 	rm -rf $(BUILD)/pi-package
 	mkdir -p $(BUILD)/pi-package/bin/$(PI_PLATFORM)
 	cp -R pi/package.json pi/README.md pi/index.ts pi/src $(BUILD)/pi-package/
 	cp $(BUILD)/krunbox $(BUILD)/pi-package/bin/$(PI_PLATFORM)/krunbox
+	LIBKRUN_DIR=$(LIBKRUN_DIR_ABS) hack/dist/dist.sh libs $(BUILD)/pi-package/bin/$(PI_PLATFORM)
 	cd $(BUILD)/pi-package && npm pack --silent --pack-destination $(BUILD) >/dev/null
 	@echo "$@: $(PI_TARBALL)"
 

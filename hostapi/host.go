@@ -56,8 +56,9 @@ type HostOption func(*Host)
 // WithDirs sets the directories (default: DefaultDirs).
 func WithDirs(d Dirs) HostOption { return func(h *Host) { h.dirs = d } }
 
-// WithLibkrun names the libkrun library file to load (default: the
-// KRUNBOX_LIBKRUN variable, then the platform's usual names).
+// WithLibkrun names the libkrun library file to load (default: the search
+// of krun.Candidates: KRUNBOX_LIBKRUN, a libkrun installed with the
+// program, $KRUNBOX_HOME/lib, then the system's dynamic loader).
 func WithLibkrun(path string) HostOption { return func(h *Host) { h.libkrun = path } }
 
 // WithPullProgress receives the progress of image pulls done by Create.
@@ -112,7 +113,10 @@ func (h *Host) Images() (*oci.Store, error) {
 // Preflight checks that this host can start VMs, as the VM runner will:
 // that libkrun (the host's, see WithLibkrun) and libkrunfw load, probed in
 // a child process, and that the hypervisor (/dev/kvm on Linux) can be
-// used, unless the library is krunbox's test double. It returns nil or a
+// used, unless the library is krunbox's test double, and that the guest
+// agent exists: a program that does not embed one (one that imports
+// hostapi from the module cache) gets it built from the krunbox module's
+// source with the Go toolchain, here, at first use. It returns nil or a
 // *vmm.PreflightError whose Hint says what to do. It costs a process
 // start. Call it before Create to fail before an image is pulled; Start
 // calls it when a VM fails to boot, to say what the host lacks, and
@@ -132,7 +136,7 @@ func (h *Host) Preflight(ctx context.Context) error {
 		close(overlay)
 	}()
 	defer func() { <-overlay }() // no check left running behind the caller
-	if err := vmm.Preflight(ctx, h.libkrun); err != nil {
+	if err := vmm.Preflight(ctx, h.libkrun, h.dirs.Cache); err != nil {
 		return err
 	}
 	h.preflightOK = true

@@ -561,7 +561,7 @@ func cmpOr(a, b string) string {
 // agentFile returns a host file holding the guest agent for arch, written
 // once into the cache by content.
 func (h *Host) agentFile(arch string) (string, error) {
-	bin, err := agentbin.Lookup(arch)
+	bin, err := agentbin.Lookup(arch, h.dirs.Cache)
 	if err != nil {
 		return "", err
 	}
@@ -779,6 +779,8 @@ type Status struct {
 	Console string `json:"console,omitempty"`
 	// Agent is the guest agent's hello, when running.
 	Agent *AgentInfo `json:"agent,omitempty"`
+	// Libkrun is the libkrun the running VM loaded, and why that copy.
+	Libkrun *vmm.LibkrunInfo `json:"libkrun,omitempty"`
 }
 
 // Status reports the sandbox's state. A running VM counts as running only
@@ -806,7 +808,7 @@ func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
 	}
 	out := &Status{State: StateRunning}
 	if ri, err := vm.Runner(); err == nil {
-		out.Pid = ri.Pid
+		out.Pid, out.Libkrun = ri.Pid, ri.Libkrun
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -22,6 +22,7 @@ import (
 	"github.com/krunbox/krunbox/internal/testutil/proctree"
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
+	"github.com/krunbox/krunbox/krun"
 )
 
 // testHost returns a Host on fresh directories that runs VMs on the libkrun
@@ -86,6 +87,9 @@ func TestSandboxLifecycle(t *testing.T) {
 	st, err := sb.Status(ctx)
 	if err != nil || st.State != StateRunning || st.Agent == nil || st.Pid == 0 {
 		t.Fatalf("status after start: %+v, %v", st, err)
+	}
+	if l := st.Libkrun; l == nil || l.Why != krun.WhyGiven || !strings.HasSuffix(l.Library, "libkrun.so.1") {
+		t.Errorf("status after start says libkrun %+v, want the host's library, named by the caller", l)
 	}
 	if got := run(t, sb, "hostname"); got != "life" {
 		t.Errorf("guest hostname %q, want the sandbox name", got)

@@ -96,6 +96,13 @@ func dlsym(h unsafe.Pointer, name string) unsafe.Pointer {
 	return C.dlsym(h, cname)
 }
 
+// preload loads the library at path for the rest of the process, so that a
+// later dlopen of its soname (libkrun's of libkrunfw) gets this copy.
+func preload(path string) error {
+	_, err := dlopen(path)
+	return err
+}
+
 func open(path string) (backend, error) {
 	h, err := dlopen(path)
 	if err != nil {

@@ -3,7 +3,6 @@ package krun
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -199,21 +198,10 @@ type Rlimit struct {
 // String formats the limit the way krun_set_rlimits wants it: "id=cur:max".
 func (r Rlimit) String() string { return fmt.Sprintf("%d=%d:%d", r.Resource, r.Cur, r.Max) }
 
-// Candidates returns the files [Open] tries, in order, when given no path:
-// the file named by KRUNBOX_LIBKRUN alone when it is set, otherwise the
-// platform's library names (resolved by the dynamic loader) and, on macOS,
-// Homebrew's directories.
-func Candidates() []string {
-	if p := os.Getenv(LibraryEnv); p != "" {
-		return []string{p}
-	}
-	return platformNames("libkrun.so.1", "libkrun.1.dylib")
-}
-
 // KrunfwCandidates returns the files tried for libkrunfw, the guest kernel
 // library libkrun loads by name.
 func KrunfwCandidates() []string {
-	return platformNames("libkrunfw.so.5", "libkrunfw.5.dylib")
+	return platformNames(krunfwLinux, krunfwMac)
 }
 
 func platformNames(linux, darwin string) []string {
@@ -243,19 +231,18 @@ func (e *LoadError) Error() string {
 	return b.String()
 }
 
-// Hint says how to fix a missing library.
+// Hint says how to fix a missing library, on the platform krunbox runs on.
 func (e *LoadError) Hint() string {
-	if runtime.GOOS == "darwin" {
-		return "install libkrun (brew tap slp/krun && brew install libkrun), or set " + LibraryEnv + " to its file"
-	}
-	return "install libkrun (libkrun.so.1, 1.19 recommended, 1.17 at least) where the dynamic loader finds it, or set " + LibraryEnv + " to its file"
+	return "install libkrun (1.19 recommended, 1.17 at least) and libkrunfw: " + InstallHint()
 }
 
 // Library is a loaded libkrun. It is never unloaded: libkrun keeps
 // process-wide state (contexts, the logger) that dlclose would pull from
 // under it.
 type Library struct {
-	b backend
+	b      backend
+	why    string
+	krunfw string
 }
 
 // backend is the C side: dlopen'ed symbols and one caller per C prototype.
@@ -283,20 +270,34 @@ type backend interface {
 }
 
 // Open loads libkrun from path, or from [Candidates] when path is empty,
-// and checks that it exports the functions of libkrun 1.8.
+// and checks that it exports the functions of libkrun 1.8. When the file
+// has a libkrunfw beside it (libkrunfw.so.5 on Linux), that one is loaded
+// first, so that libkrun, which loads libkrunfw by name only, gets it
+// rather than none or the system's.
 func Open(path string) (*Library, error) {
-	cands := []string{path}
+	cands := []Candidate{{path, WhyGiven}}
 	if path == "" {
 		cands = Candidates()
 	}
 	le := &LoadError{}
 	for _, c := range cands {
-		b, err := open(c)
+		fw := besideKrunfw(c.Path)
+		if fw != "" {
+			if err := preload(fw); err != nil {
+				if errors.Is(err, ErrNoCgo) {
+					return nil, err
+				}
+				le.Tried = append(le.Tried, c.Path)
+				le.Errs = append(le.Errs, fmt.Sprintf("%s: load the libkrunfw beside it: %v", c.Path, err))
+				continue
+			}
+		}
+		b, err := open(c.Path)
 		if err != nil {
 			if errors.Is(err, ErrNoCgo) {
 				return nil, err
 			}
-			le.Tried = append(le.Tried, c)
+			le.Tried = append(le.Tried, c.Path)
 			le.Errs = append(le.Errs, err.Error())
 			continue
 		}
@@ -305,13 +306,21 @@ func Open(path string) (*Library, error) {
 				return nil, fmt.Errorf("load libkrun: %s: %w", b.path(), &UnsupportedError{Func: name, Library: b.path()})
 			}
 		}
-		return &Library{b: b}, nil
+		return &Library{b: b, why: c.Why, krunfw: fw}, nil
 	}
 	return nil, le
 }
 
 // Path is the file the library was loaded from.
 func (l *Library) Path() string { return l.b.path() }
+
+// Why says why this file was loaded: one of the Why constants, such as
+// [WhyBundled].
+func (l *Library) Why() string { return l.why }
+
+// Krunfw is the libkrunfw file loaded from beside the library, or "" when
+// there was none there and libkrun loads libkrunfw by name.
+func (l *Library) Krunfw() string { return l.krunfw }
 
 // Has reports whether the library exports the C function name.
 func (l *Library) Has(name string) bool { return l.b.has(name) }

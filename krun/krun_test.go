@@ -29,6 +29,18 @@ func TestMain(m *testing.M) {
 }
 
 func runHelper(name string) {
+	if name == "search" {
+		// The default search, as krunbox's runner does it, then libkrunfw
+		// by name, as libkrun loads it.
+		lib, err := Open("")
+		if err != nil {
+			fmt.Println("open:", err)
+			os.Exit(0)
+		}
+		file, _, err := KrunfwVersion()
+		fmt.Printf("%s|%s|%s|%v\n", lib.Path(), lib.Why(), file, err)
+		os.Exit(0)
+	}
 	if name == "krunfw-version" {
 		// libkrunfw by name, as found through this process's LD_LIBRARY_PATH.
 		file, version, err := KrunfwVersion()

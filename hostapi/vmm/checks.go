@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -62,9 +63,10 @@ func CheckStateDir(dir string) error {
 
 // AgentSource says where the guest agent for the guest architecture arch
 // (a GOARCH) comes from ("embedded", or a file) and its size, or why there
-// is none.
-func AgentSource(arch string) (source string, size int, err error) {
-	b, err := agentbin.Lookup(arch)
+// is none. With cache not empty, an agent neither embedded nor installed
+// is built from the krunbox module's source into cache (see Preflight).
+func AgentSource(arch, cache string) (source string, size int, err error) {
+	b, err := agentbin.Lookup(arch, cache)
 	if err != nil {
 		return "", 0, err
 	}
@@ -107,9 +109,11 @@ func (e *PreflightError) Hint() string { return e.hint }
 // lib (empty: the default search, KRUNBOX_LIBKRUN first), as the runner
 // itself will: that libkrun loads (in a child process, see [Probe]), that
 // libkrunfw, which holds the guest kernel, loads too, and that the
-// hypervisor can be used, unless the library is krunbox's test double. It
+// hypervisor can be used, unless the library is krunbox's test double,
+// and that the guest agent exists (built from the krunbox module's source
+// into cache, at first use, for a program that does not embed one). It
 // returns nil or a [*PreflightError].
-func Preflight(ctx context.Context, lib string) error {
+func Preflight(ctx context.Context, lib, cache string) error {
 	var problems []error
 	var hints []string
 	add := func(err error, hint string) {
@@ -136,9 +140,12 @@ func Preflight(ctx context.Context, lib string) error {
 	case r.LoadErr != "":
 		add(errors.New(r.LoadErr), r.LoadHint())
 	case r.KrunfwErr != "" && !double:
-		add(fmt.Errorf("load libkrunfw: %s", r.KrunfwErr), "install libkrunfw, which holds the guest kernel libkrun boots")
+		add(fmt.Errorf("load libkrunfw: %s", r.KrunfwErr), "install libkrunfw, which holds the guest kernel libkrun boots: "+krun.InstallHint())
 	case r.ContextErr != "" && len(r.Missing) == 0:
 		add(fmt.Errorf("libkrun %s refused a sandbox's configuration: %s", r.Library, r.ContextErr), "")
+	}
+	if _, _, err := AgentSource(runtime.GOARCH, cache); err != nil {
+		add(fmt.Errorf("guest agent: %w", err), "")
 	}
 	if len(problems) == 0 {
 		return nil

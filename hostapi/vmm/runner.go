@@ -121,7 +121,7 @@ func runnerMain(dir string) int {
 	if err != nil {
 		return fail("configure libkrun: %v", err)
 	}
-	if err := writeRunnerInfo(dir); err != nil {
+	if err := writeRunnerInfo(dir, lib); err != nil {
 		return fail("%v", err)
 	}
 
@@ -333,13 +333,14 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 	return nil
 }
 
-// writeRunnerInfo records the runner's pid and start time.
-func writeRunnerInfo(dir string) error {
+// writeRunnerInfo records the runner's pid and start time, and the libkrun
+// it loaded.
+func writeRunnerInfo(dir string, lib *krun.Library) error {
 	st, err := processStartTime(os.Getpid())
 	if err != nil {
 		return fmt.Errorf("runner start time: %w", err)
 	}
-	data, _ := json.Marshal(RunnerInfo{Pid: os.Getpid(), StartTime: st, Monitor: os.Getppid()})
+	data, _ := json.Marshal(RunnerInfo{Pid: os.Getpid(), StartTime: st, Monitor: os.Getppid(), Libkrun: libkrunInfo(lib)})
 	return atomicfile.Write(filepath.Join(dir, PidFile), append(data, '\n'), 0o600)
 }
 
@@ -352,6 +353,10 @@ func raiseNofile() error {
 	return unix.Setrlimit(unix.RLIMIT_NOFILE, &rl)
 }
 
+func libkrunInfo(lib *krun.Library) *LibkrunInfo {
+	return &LibkrunInfo{Library: lib.Path(), Why: lib.Why(), Krunfw: lib.Krunfw()}
+}
+
 // maxSocketPath is the longest unix socket path every platform accepts
 // (sun_path is 104 bytes on macOS, 108 on Linux, NUL included).
 const maxSocketPath = 103
@@ -360,6 +365,11 @@ const maxSocketPath = 103
 type ProbeReport struct {
 	// Library is the file loaded.
 	Library string `json:"library"`
+	// LibraryWhy says why that file: a krun.Why* constant.
+	LibraryWhy string `json:"library_why,omitempty"`
+	// KrunfwBeside is true when libkrunfw was loaded from libkrun's
+	// folder rather than by name from the system.
+	KrunfwBeside bool `json:"krunfw_beside,omitempty"`
 	// TestDouble is true for krunbox's test double.
 	TestDouble bool `json:"test_double"`
 	// Features maps libkrun's build features to whether it has them;
@@ -402,6 +412,7 @@ func probeMain(path string) int {
 		r.LoadErr, r.NoCgo = err.Error(), errors.Is(err, krun.ErrNoCgo)
 	} else {
 		r.Library, r.TestDouble = lib.Path(), lib.IsTestDouble()
+		r.LibraryWhy, r.KrunfwBeside = lib.Why(), lib.Krunfw() != ""
 		for _, f := range krun.AllFeatures() {
 			ok, err := lib.HasFeature(f)
 			if err != nil {

@@ -58,7 +58,9 @@ type Spec struct {
 	// else written into the sandbox's writable root.
 	Files []File `json:"files,omitempty"`
 	// Library is the libkrun file to load; empty means the default search
-	// (krun.Candidates: KRUNBOX_LIBKRUN, then the platform's names).
+	// (krun.Candidates: KRUNBOX_LIBKRUN, a libkrun installed with the
+	// runner's executable, $KRUNBOX_HOME/lib, the system's loader), made by
+	// the runner, which is the same executable as its caller.
 	Library string `json:"library,omitempty"`
 }
 

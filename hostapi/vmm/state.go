@@ -68,6 +68,19 @@ type RunnerInfo struct {
 	// Monitor is the pid of the process that waits for the runner and
 	// records its exit status.
 	Monitor int `json:"monitor"`
+	// Libkrun is the libkrun the runner loaded, and why that copy.
+	Libkrun *LibkrunInfo `json:"libkrun,omitempty"`
+}
+
+// LibkrunInfo says which libkrun and libkrunfw a process loaded, and why.
+type LibkrunInfo struct {
+	// Library is the libkrun file.
+	Library string `json:"library"`
+	// Why says why that file (krun.WhyBundled, krun.WhyEnv...).
+	Why string `json:"why"`
+	// Krunfw is the libkrunfw file loaded from beside libkrun; empty when
+	// libkrun loads libkrunfw by name, from the system.
+	Krunfw string `json:"krunfw,omitempty"`
 }
 
 // ExitStatus is how a VM ended.

@@ -988,7 +988,7 @@ func TestPreflight(t *testing.T) {
 			t.Setenv("LD_LIBRARY_PATH", tc.krunfw) // for the probe process
 			t.Setenv(KVMDeviceEnv, tc.kvm)
 			t.Setenv("TMPDIR", t.TempDir()) // an aborted probe cannot clean up
-			err := Preflight(t.Context(), tc.lib)
+			err := Preflight(t.Context(), tc.lib, "")
 			if len(tc.want) == 0 {
 				if err != nil {
 					t.Fatalf("Preflight: %v", err)
@@ -1013,8 +1013,14 @@ func TestPreflight(t *testing.T) {
 	}
 	var he *HypervisorError
 	t.Setenv(KVMDeviceEnv, "/nonexistent/kvm")
-	if err := Preflight(t.Context(), double); !errors.As(err, &he) {
+	if err := Preflight(t.Context(), double, ""); !errors.As(err, &he) {
 		t.Errorf("Preflight without KVM: %v, want it to wrap a *HypervisorError", err)
+	}
+	// No guest agent: Preflight says so.
+	t.Setenv(KVMDeviceEnv, "")
+	t.Setenv("KRUNBOX_AGENT", "/nonexistent/krunbox-agent")
+	if err := Preflight(t.Context(), double, ""); err == nil || !strings.Contains(err.Error(), "guest agent") {
+		t.Errorf("Preflight without a guest agent: %v, want it to say so", err)
 	}
 }
 

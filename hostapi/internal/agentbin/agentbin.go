@@ -1,6 +1,9 @@
 // Package agentbin finds the krunbox guest agent binary for a guest
 // architecture: the one named by KRUNBOX_AGENT, the one embedded in this
-// executable by "make build", or one installed beside the executable.
+// executable by "make build", one installed beside the executable, or,
+// for a program that imports hostapi from the module cache (`go get`), one
+// built from the krunbox module's own source with the Go toolchain at
+// first use and kept in the cache.
 package agentbin
 
 import (
@@ -41,8 +44,11 @@ var ErrNotFound = errors.New("guest agent not found")
 func FileName(arch string) string { return "krunbox-agent-linux-" + arch }
 
 // Lookup returns the agent for arch (a GOARCH value such as "amd64"). It
-// reads no agent's content.
-func Lookup(arch string) (*Binary, error) {
+// reads no agent's content. When this executable embeds none and has none
+// beside it, and cache is not empty, it builds the agent from the krunbox
+// module's source into cache (once: seconds to a minute), so that a
+// program importing hostapi needs no step beyond `go get`.
+func Lookup(arch, cache string) (*Binary, error) {
 	if p := os.Getenv("KRUNBOX_AGENT"); p != "" {
 		fi, err := os.Stat(p)
 		if err != nil {
@@ -66,6 +72,13 @@ func Lookup(arch string) (*Binary, error) {
 				return &Binary{Source: p, Path: p, Size: fi.Size()}, nil
 			}
 		}
+	}
+	if cache != "" {
+		b, err := fromSource(arch, cache)
+		if err != nil {
+			return nil, fmt.Errorf("%w for linux/%s: none embedded in this program (krunbox's \"make build\" embeds it), and %w", ErrNotFound, arch, err)
+		}
+		return b, nil
 	}
 	return nil, fmt.Errorf("%w for linux/%s: build krunbox with \"make build\", or set KRUNBOX_AGENT to a static krunbox-agent for that architecture", ErrNotFound, arch)
 }

@@ -14,7 +14,7 @@ func TestLookupFromTheEnvironment(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "agent")
 	os.WriteFile(p, []byte("agent bytes"), 0o755)
 	t.Setenv("KRUNBOX_AGENT", p)
-	b, err := Lookup("amd64")
+	b, err := Lookup("amd64", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestLookupFromTheEnvironment(t *testing.T) {
 		t.Errorf("Data = %q, %v", data, err)
 	}
 	t.Setenv("KRUNBOX_AGENT", filepath.Join(t.TempDir(), "missing"))
-	if _, err := Lookup("amd64"); err == nil {
+	if _, err := Lookup("amd64", ""); err == nil {
 		t.Error("a missing KRUNBOX_AGENT was accepted")
 	}
 }
@@ -36,7 +36,7 @@ func TestLookupFromTheEnvironment(t *testing.T) {
 // stale one would make sandboxes run another agent from the cache.
 func TestEmbeddedDigestMatches(t *testing.T) {
 	t.Setenv("KRUNBOX_AGENT", "")
-	b, err := Lookup(runtime.GOARCH)
+	b, err := Lookup(runtime.GOARCH, "")
 	if errors.Is(err, ErrNotFound) || err == nil && b.Source != "embedded" {
 		t.Skip("no embedded agent (make agent)")
 	}

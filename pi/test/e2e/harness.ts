@@ -8,6 +8,8 @@
 //   double); the VM-only assertions run. Without it they SKIP, saying why.
 // - KRUNBOX_E2E_ENV: extra environment for pi and krunbox, as JSON (KRUNBOX_LIBKRUN, ...).
 // - KRUNBOX_E2E_IMAGE: the image of the sandboxes (user config `image`).
+// - KRUNBOX_E2E_PKG: the extension to load instead of this source folder (an installed
+//   package, whose bundled krunbox and libkrun it then uses).
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -20,6 +22,13 @@ import { FakeLLM, type Turn } from "./fake-llm.ts";
 /** The package under test (the directory with package.json). */
 export const PKG = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 const MODULES = path.join(PKG, "node_modules");
+
+/**
+ * The extension pi loads (-e): KRUNBOX_E2E_PKG, an installed copy such as node_modules/pi-krunbox
+ * after `npm install` of the package's tarball (which then runs its bundled krunbox), or this
+ * source folder.
+ */
+export const EXTENSION = process.env.KRUNBOX_E2E_PKG ? path.resolve(process.env.KRUNBOX_E2E_PKG) : PKG;
 
 /** The stand-in krunbox. */
 export const STANDIN_BIN = path.join(PKG, "test", "standin", "krunbox");
@@ -149,7 +158,7 @@ export class PiEnv {
 
 /** The arguments every pi run gets: fake model, nothing discovered, this package by -e. */
 export function piArgs(extensions: string[] = []): string[] {
-  const args = ["--provider", "fake", "--model", "fake-model", "--no-session", "--no-extensions", "--no-skills", "--no-prompt-templates", "--no-themes", "--no-context-files", "-e", PKG];
+  const args = ["--provider", "fake", "--model", "fake-model", "--no-session", "--no-extensions", "--no-skills", "--no-prompt-templates", "--no-themes", "--no-context-files", "-e", EXTENSION];
   for (const e of extensions) args.push("-e", e);
   return args;
 }
