@@ -259,7 +259,7 @@ func (s *Sandbox) waitReady(ctx context.Context, vm *vmm.VM) (*AgentInfo, error)
 	defer cancel()
 	c := s.Client()
 	defer c.Close()
-	delay := time.Millisecond
+	start, delay := time.Now(), time.Millisecond
 	for {
 		actx, acancel := context.WithTimeout(ctx, time.Second)
 		info, err := c.Info(actx)
@@ -275,7 +275,7 @@ func (s *Sandbox) waitReady(ctx context.Context, vm *vmm.VM) (*AgentInfo, error)
 			return nil, &NotReadyError{Name: s.name, Err: fmt.Errorf("the guest agent did not answer within %v: %w", s.host.startTimeout, err), Console: s.consoleTail()}
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 5*time.Millisecond)
+		delay = nextReadyPoll(delay, time.Since(start))
 	}
 }
 
