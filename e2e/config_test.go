@@ -62,6 +62,17 @@ func testConfigLayers(t *testing.T, e *env) {
 		t.Errorf("configured env in the guest: %q", got)
 	}
 
+	// A start that does not reach the guest agent within start_timeout
+	// stops the VM and fails, saying so; the next start is not hindered.
+	e.ok("stop", "layered")
+	e.extra = append(e.extra, "KRUNBOX_START_TIMEOUT=1ms")
+	checkKrunboxError(t, e.krunbox("start", "layered"), "within 1ms")
+	if st := e.ls()["layered"].State; st == "running" || st == "starting" {
+		t.Errorf("state after a start that timed out: %q, want its VM stopped", st)
+	}
+	e.extra = e.extra[:len(e.extra)-1]
+	e.ok("start", "layered")
+
 	// A broken file says where.
 	os.WriteFile(file, []byte("cpus = \"many\"\n"), 0o600)
 	r := e.krunbox("create", "--name", "broken", image)

@@ -35,9 +35,13 @@ func testNetwork(t *testing.T, e *env) {
 	if r.code == 0 || strings.Contains(r.stdout, "pong") || hits.Load() != 1 {
 		t.Errorf("none: want no route out; got %s (%d requests)", r, hits.Load())
 	}
-	r = e.krunbox("run", "--net", "none", image, "--", "sh", "-c", "ip -o link | grep -v ' lo:' | wc -l; ip route | wc -l")
-	if r.code != 0 || r.stdout != "0\n0\n" {
-		t.Errorf("none: want only loopback and no route; got %s", r)
+	// Interfaces up besides lo, addresses besides lo's, routes. (libkrunfw's
+	// kernel makes a dummy0 of its own, which libkrun's init brings up for
+	// TSI only: with none it stays down, without an address.)
+	r = e.krunbox("run", "--net", "none", image, "--", "sh", "-c",
+		"ip -o link | grep -v ' lo:' | grep -c '[<,]UP[,>]'; ip -o addr | grep -vc ' lo '; ip route | wc -l")
+	if r.stdout != "0\n0\n0\n" {
+		t.Errorf("none: want only loopback up, no other address and no route; got %s", r)
 	}
 	checkKrunboxError(t, e.krunbox("run", "--net", "none", "-p", "8080:80", image, "true"), "published ports need a network")
 }

@@ -299,7 +299,7 @@ var errVMEnded = errors.New("the VM ended before its guest agent answered")
 // hello; errVMEnded when vm stops first; or, when ctx ends first, the last
 // error of the agent's connection.
 func awaitAgent(ctx context.Context, c *Client, vm *vmm.VM) (*AgentInfo, error) {
-	delay := time.Millisecond
+	start, delay := time.Now(), time.Millisecond
 	for {
 		actx, acancel := context.WithTimeout(ctx, time.Second)
 		info, err := c.Info(actx)
@@ -315,7 +315,7 @@ func awaitAgent(ctx context.Context, c *Client, vm *vmm.VM) (*AgentInfo, error) 
 			return nil, err
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 5*time.Millisecond)
+		delay = nextReadyPoll(delay, time.Since(start))
 	}
 }
 

@@ -22,7 +22,7 @@ with -f.`,
 		Args: minArgs(1, "a sandbox name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			h, err := hostapi.NewHost(hostapi.WithStopTimeout(configuredStopTimeout(s)))
+			h, err := hostapi.NewHost(hostapi.WithStopTimeout(lifecycleConfig(s).StopTimeout))
 			if err != nil {
 				return err
 			}

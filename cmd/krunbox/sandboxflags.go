@@ -5,7 +5,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -28,22 +27,24 @@ func loadConfig() (*userconfig.Config, string, error) {
 	return c, dirs.Config, nil
 }
 
-// configuredStopTimeout returns the configured stop timeout. A broken
-// configuration is a warning here, never what keeps a sandbox from being
-// stopped or removed.
-func configuredStopTimeout(s *streams) time.Duration {
+// lifecycleConfig returns the configuration of the commands that start,
+// stop or remove existing sandboxes, which use only its timeouts. A broken
+// configuration is a warning there, and the defaults apply: it never keeps
+// a sandbox from being started, stopped or removed.
+func lifecycleConfig(s *streams) *userconfig.Config {
 	uc, _, err := loadConfig()
 	if err != nil {
-		fmt.Fprintf(s.errOut, "krunbox: warning: %v; using the default stop timeout\n", err)
-		return userconfig.Defaults().StopTimeout
+		fmt.Fprintf(s.errOut, "krunbox: warning: %v; using the default timeouts\n", err)
+		return userconfig.Defaults()
 	}
-	return uc.StopTimeout
+	return uc
 }
 
-// newHost returns a Host on the default directories, with the stop timeout
-// of the configuration, printing pull progress on s.errOut.
+// newHost returns a Host on the default directories, with the start and
+// stop timeouts of the configuration, printing pull progress on s.errOut.
 func newHost(s *streams, uc *userconfig.Config) (*hostapi.Host, error) {
 	return hostapi.NewHost(
+		hostapi.WithStartTimeout(uc.StartTimeout),
 		hostapi.WithStopTimeout(uc.StopTimeout),
 		hostapi.WithPullProgress(newProgressPrinter(s.errOut).print))
 }

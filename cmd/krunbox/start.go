@@ -14,8 +14,9 @@ func newStartCmd(s *streams) *cobra.Command {
 		Long: `start boots each sandbox's microVM, unless it runs already, and returns once
 its guest agent answers; a start that fails says why (the runner's exit
 status and log, the console's last lines, mounts the guest could not make)
-and leaves no VM running. Starts of one sandbox from several processes at
-once boot one VM.
+and leaves no VM running: a VM whose agent does not answer within the
+start timeout (config start_timeout, 60s by default) is stopped. Starts
+of one sandbox from several processes at once boot one VM.
 
 Where the hooks and config your git runs in the workspace's .git could
 not be made read-only for the guest (no mount namespace: macOS, or Linux
@@ -25,7 +26,7 @@ they were at start, and refuses to go on when they changed: review what
 --accept-git-changes.`,
 		Args: minArgs(1, "a sandbox name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			h, err := hostapi.NewHost()
+			h, err := hostapi.NewHost(hostapi.WithStartTimeout(lifecycleConfig(s).StartTimeout))
 			if err != nil {
 				return err
 			}

@@ -20,7 +20,7 @@ sandbox and its root file system stay: 'krunbox start' boots it again.`,
 		Args: minArgs(1, "a sandbox name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("timeout") {
-				timeout = configuredStopTimeout(s)
+				timeout = lifecycleConfig(s).StopTimeout
 			}
 			h, err := hostapi.NewHost(hostapi.WithStopTimeout(timeout))
 			if err != nil {

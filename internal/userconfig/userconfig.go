@@ -44,6 +44,9 @@ type Config struct {
 	// StopTimeout is how long a stop waits for the guest to shut down
 	// before killing the VM.
 	StopTimeout time.Duration
+	// StartTimeout is how long a start waits for the guest agent to
+	// answer before it stops the VM and fails.
+	StartTimeout time.Duration
 	// Env is added to the environment of every sandbox (KEY=VALUE).
 	Env []string
 	// Root is how a new sandbox's root file system is made: "auto" (an
@@ -105,6 +108,17 @@ var settings = []setting{
 	{"stop_timeout", "KRUNBOX_STOP_TIMEOUT", "how long a stop waits for the guest before killing it",
 		func(c *Config, v string) error { return duration(&c.StopTimeout, v) },
 		func(c *Config) string { return c.StopTimeout.String() }},
+	{"start_timeout", "KRUNBOX_START_TIMEOUT", "how long a start waits for the guest to answer before stopping the VM",
+		func(c *Config, v string) error {
+			if err := duration(&c.StartTimeout, v); err != nil {
+				return err
+			}
+			if c.StartTimeout <= 0 {
+				return fmt.Errorf("want a duration above 0, got %q", v)
+			}
+			return nil
+		},
+		func(c *Config) string { return c.StartTimeout.String() }},
 	{"env", "KRUNBOX_ENV", "KEY=VALUE added to every sandbox (environment: comma-separated)",
 		func(c *Config, v string) error {
 			c.Env = nil
@@ -138,14 +152,15 @@ var settings = []setting{
 // Defaults returns the built-in configuration.
 func Defaults() *Config {
 	c := &Config{
-		Image:       "alpine",
-		CPUs:        2,
-		MemoryMiB:   2048,
-		Network:     "tsi",
-		PullPolicy:  "if-missing",
-		StopTimeout: 10 * time.Second,
-		Root:        "auto",
-		sources:     map[string]string{},
+		Image:        "alpine",
+		CPUs:         2,
+		MemoryMiB:    2048,
+		Network:      "tsi",
+		PullPolicy:   "if-missing",
+		StopTimeout:  10 * time.Second,
+		StartTimeout: 60 * time.Second,
+		Root:         "auto",
+		sources:      map[string]string{},
 	}
 	for _, s := range settings {
 		c.sources[s.key] = "default"

@@ -39,7 +39,7 @@ idle_timeout = "30m"
 env = ["A=1", "B=two words"]
 git_writable = true
 `)
-	c, err := Load(dir, env(map[string]string{"KRUNBOX_CPUS": "8", "KRUNBOX_NETWORK": "none"}))
+	c, err := Load(dir, env(map[string]string{"KRUNBOX_CPUS": "8", "KRUNBOX_NETWORK": "none", "KRUNBOX_START_TIMEOUT": "5m"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +55,7 @@ git_writable = true
 		{"pull_policy", "default", c.PullPolicy == "if-missing"},
 		{"idle_timeout", path, c.IdleTimeout == 30*time.Minute},
 		{"stop_timeout", "default", c.StopTimeout == 10*time.Second},
+		{"start_timeout", "env KRUNBOX_START_TIMEOUT", c.StartTimeout == 5*time.Minute},
 		{"env", path, strings.Join(c.Env, "|") == "A=1|B=two words"},
 		{"git_writable", path, c.GitWritable},
 	}
@@ -74,7 +75,7 @@ func TestNoFileGivesDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Defaults()
-	if c.Image != d.Image || c.CPUs != 2 || c.MemoryMiB != 2048 || c.Network != "tsi" {
+	if c.Image != d.Image || c.CPUs != 2 || c.MemoryMiB != 2048 || c.Network != "tsi" || c.StartTimeout != time.Minute {
 		t.Fatalf("Load without a file = %+v, want the defaults", c)
 	}
 	for _, e := range c.Entries() {
@@ -99,6 +100,7 @@ func TestErrorsNameTheCulprit(t *testing.T) {
 		{"network", "", map[string]string{"KRUNBOX_NETWORK": "host"}, []string{"KRUNBOX_NETWORK", "tsi, none"}},
 		{"policy", "pull_policy = \"sometimes\"\n", nil, []string{"if-missing, always, never"}},
 		{"duration", "", map[string]string{"KRUNBOX_IDLE_TIMEOUT": "-1s"}, []string{"KRUNBOX_IDLE_TIMEOUT", "duration"}},
+		{"start timeout 0", "start_timeout = \"0\"\n", nil, []string{"start_timeout", "above 0"}},
 		{"env entry", "env = [\"NOEQUALS\"]\n", nil, []string{"KEY=VALUE"}},
 		{"env comma", "env = [\"A=1,2\"]\n", nil, []string{"comma"}},
 		{"git_writable", "git_writable = \"maybe\"\n", nil, []string{"git_writable", "true or false"}},
