@@ -10,7 +10,7 @@ import { KrunboxExtension, RPC_BASH_WARNING, rpcBashBypasses } from "../src/exte
 import { ServeClient } from "../src/rpc.ts";
 import { sandboxName } from "../src/workspace.ts";
 import { FakePi, registerHostTool } from "./fake-pi.ts";
-import { eventually, IMAGE, IS_STANDIN, removeSandboxes, SERVE_BIN, STANDIN, serveProcesses } from "./serve-driver.ts";
+import { eventually, IMAGE, IS_STANDIN, removeSandboxes, SERVE_BIN, STANDIN, serveProcesses, stopProcesses } from "./serve-driver.ts";
 
 // pi hands the host environment (this process's) to bash operations: it must not reach the guest.
 process.env.HOST_SECRET = "do-not-leak";
@@ -251,7 +251,7 @@ describe("an unresponsive sandbox blocks everything until it answers again", () 
     await ready(s);
     writeFileSync(path.join(s.ws, "f.txt"), "before\n");
     const pid = serverOf(s).pid as number;
-    process.kill(pid, "SIGSTOP");
+    await stopProcesses([pid]);
     try {
       const why = /krunbox serve \(pid \d+\) does not answer: fs\.readFile \S+ got no answer within 1 s, nor did a health check within 1 s/;
       await assertCallFails(s, "read", { path: "f.txt" }, why, 1000 + 1000 + 1500);
@@ -273,7 +273,7 @@ describe("an unresponsive sandbox blocks everything until it answers again", () 
     await ready(s);
     const first = serverOf(s);
     const marker = path.join(s.ws, "late");
-    process.kill(first.pid as number, "SIGSTOP");
+    await stopProcesses([first.pid as number]);
     try {
       await assertCallFails(s, "bash", { command: `touch ${marker}` }, /krunbox serve \(pid \d+\) does not answer: the start of "touch \S+" got no answer within 1 s/, 1000 + 1000 + 1500);
       assert.match(s.pi.status(), /blocked \(unresponsive/);
@@ -300,7 +300,7 @@ describe("an unresponsive sandbox blocks everything until it answers again", () 
     writeFileSync(path.join(s.ws, "f.txt"), "before\n");
     const pids = vmProcesses(s.home, sandboxName(s.ws));
     assert.ok(pids.length >= 2, `the runner and the guest: ${pids}`);
-    signalAll(pids, "SIGSTOP");
+    await stopProcesses(pids);
     try {
       const why = /the VM does not answer: /;
       await assertCallFails(s, "read", { path: "f.txt" }, why, 1000 + 4000 + 1500);

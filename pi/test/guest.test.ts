@@ -12,7 +12,7 @@ import { formatGrep, guestGrep, MatchCollector, parseGrepLine, parseRgJson, rgAr
 import { ErrorCode, RpcError, type SandboxStatus } from "../src/protocol.ts";
 import type { ServeClient } from "../src/rpc.ts";
 import type { GuestTools, Ready } from "../src/sandbox.ts";
-import { IS_STANDIN, ServeEnv } from "./serve-driver.ts";
+import { IS_STANDIN, ServeEnv, stopProcesses } from "./serve-driver.ts";
 
 const BUSYBOX = ["/usr/bin/busybox", "/bin/busybox"].find(existsSync);
 const GNU = { grep: ["/usr/bin/grep", "/bin/grep"].find(existsSync), find: ["/usr/bin/find", "/bin/find"].find(existsSync), xargs: ["/usr/bin/xargs", "/bin/xargs"].find(existsSync) };
@@ -141,7 +141,7 @@ describe("guest operations through serve", () => {
     const r: Ready = { ...readyWith({}), callTimeoutMs: 300, timedOut: async (l) => (late.push(l), new Error(`unresponsive: ${l}`)) };
     const gfs = new GuestFS(() => r);
     const f = path.join(ws, "src", "a.ts");
-    process.kill(c.pid as number, "SIGSTOP");
+    await stopProcesses([c.pid as number]);
     try {
       const t0 = Date.now();
       await assert.rejects(gfs.stat(f), { message: `unresponsive: fs.stat ${f} got no answer within 300 ms` });

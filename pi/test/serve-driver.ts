@@ -131,6 +131,37 @@ export async function eventually(cond: () => Promise<boolean> | boolean, what: s
   }
 }
 
+/** Whether every thread of pid is stopped (state T in /proc/PID/task/TID/stat). */
+function allThreadsStopped(pid: number): boolean {
+  try {
+    const tasks = readdirSync(`/proc/${pid}/task`);
+    return tasks.length > 0 && tasks.every((t) => {
+      const stat = readFileSync(`/proc/${pid}/task/${t}/stat`, "utf8");
+      return stat.slice(stat.lastIndexOf(")") + 2).startsWith("T");
+    });
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * SIGSTOP each process, then wait until all their threads have stopped: kill returns before
+ * a group stop completes, and a thread still running may answer (or start a command)
+ * meanwhile. Processes already gone are skipped.
+ */
+export async function stopProcesses(pids: number[]): Promise<void> {
+  const stopped: number[] = [];
+  for (const pid of pids) {
+    try {
+      process.kill(pid, "SIGSTOP");
+      stopped.push(pid);
+    } catch {
+      // gone
+    }
+  }
+  await eventually(() => stopped.every(allThreadsStopped), `processes ${stopped.join(", ")} to stop`);
+}
+
 /**
  * Stop and remove every sandbox of a KRUNBOX_HOME (krunbox keeps them in state/sandboxes/)
  * through a fresh connection. Real servers keep sandboxes (VMs) running after a session
