@@ -4,7 +4,7 @@
 # the kind of tests, the tests and each test's deadline. Each test runs as a process of
 # its own under that deadline; its output streams to /out/logs/<test>.log, its start to
 # /out/progress and its result ("PASS|FAIL|SKIP|TIMEOUT <test> <seconds>") to /out/results,
-# so a hang of L1 still shows how far the group got.
+# so a hang of L1 still shows how far the group got; /out/exit-code when it is done.
 set -u
 cd /opt/payload
 . ./group.conf
@@ -109,5 +109,9 @@ bench)
 	exit 2
 	;;
 esac
-grep -q -v '^\(PASS\|SKIP\) ' $O/results && exit 1
-exit 0
+code=0
+grep -q -v '^\(PASS\|SKIP\) ' $O/results && code=1
+# the host tells a hang of L1 (no exit-code came back) from a failure by this file
+echo $code >$O/exit-code
+sync
+exit $code

@@ -77,18 +77,28 @@ payload() {
 	echo "$d"
 }
 
-# rungroup GROUP TMO PAYLOAD: boots L1 on the payload once, twice after a hang; prints
-# the L1 exit code (124: no exit code came back; 3: L1 could not be set up).
+# rungroup GROUP TMO PAYLOAD EXTRA_BINS: boots L1 on the payload once, twice after a hang; prints
+# the payload's exit code, "hang" when none came back, "setup" when L1 could not be set
+# up. A hang is told by l1-run.sh's exit-code file, not by run's exit code (run may exit
+# 1, not 124, when it stops a hung QEMU).
 rungroup() {
 	local out=$W/out/$1 rc attempt
+	rm -rf "$out.hung"
 	for attempt in 1 2; do
 		rm -rf "$out"
 		mkdir -p "$out"
 		echo "=== realvm: group $1, attempt $attempt, L1 timeout ${2}s, output in $out" >&2
 		rc=0
-		TMO=$2 "$REALVM/run" "$3" "$out" >"$W/console-$1.log" 2>&1 || rc=$?
+		TMO=$2 EXTRA_BINS=$4 "$REALVM/run" "$3" "$out" >"$W/console-$1.log" 2>&1 </dev/null || rc=$?
 		grep -E '^=== ' "$W/console-$1.log" >&2 || true
-		[ "$rc" = 124 ] || break
+		if [ -s "$out/exit-code" ]; then
+			rc=$(cat "$out/exit-code")
+		elif [ "$rc" = 3 ]; then
+			rc=setup
+		else
+			rc=hang
+		fi
+		[ "$rc" = hang ] || break
 		if [ "$attempt" = 1 ]; then
 			echo "=== realvm: group $1: L1 hung (no exit code came back) after: $(tail -1 "$out/progress" 2>/dev/null); booting it once more" >&2
 			mv "$out" "$out.hung"
@@ -100,7 +110,7 @@ rungroup() {
 declare -a summary
 failed=0 passed=0 skipped=0
 t_all=$(date +%s)
-while read -r group kind tier tmo deadline tests; do
+while read -r -u 3 group kind tier tmo deadline tests; do
 	case $group in '' | '#'*) continue ;; esac
 	case $TIER/$tier in ci/ci | full/ci | full/full | bench/bench) ;; *) continue ;; esac
 	if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$group"; then continue; fi
@@ -111,10 +121,13 @@ while read -r group kind tier tmo deadline tests; do
 	fi
 	d=$(payload "$group" "$kind" "$tests" "$deadline")
 	t0=$(date +%s)
-	rc=$(rungroup "$group" "$tmo" "$d")
+	# git for the e2e scenario GitWorktree (L1 has none)
+	extra=
+	[ "$kind" = e2e ] && extra=$(command -v git || true)
+	rc=$(rungroup "$group" "$tmo" "$d" "$extra")
 	secs=$(($(date +%s) - t0))
 	out=$W/out/$group
-	summary+=("group $group ($kind, $tier): L1 exit code $rc, ${secs}s")
+	summary+=("group $group ($kind, $tier): payload exit code $rc, ${secs}s$([ -d "$out.hung" ] && echo "; L1 hung on the first boot (its output: $out.hung) and was booted once more")")
 	while read -r st name s; do
 		summary+=("$(printf '  %-7s %s/%s (%ss)' "$st" "$kind" "$name" "$s")")
 		case $st in
@@ -125,13 +138,13 @@ while read -r group kind tier tmo deadline tests; do
 	done < <(sed "s/^\(\S*\) pi\//\1 /" "$out/results" 2>/dev/null || true)
 	case $rc in
 	0 | 1) ;;
-	124)
+	hang)
 		failed=$((failed + 1))
 		summary+=("  HANG    L1 gave no exit code twice; last test started: $(tail -1 "$out/progress" 2>/dev/null || echo none)")
 		;;
 	*)
 		failed=$((failed + 1))
-		summary+=("  ERROR   L1 exit code $rc (3: L1 could not be set up); console: $W/console-$group.log")
+		summary+=("  ERROR   L1 could not be set up (exit code $rc); console: $W/console-$group.log")
 		;;
 	esac
 	# the output of what did not pass, for CI's log
@@ -144,7 +157,7 @@ while read -r group kind tier tmo deadline tests; do
 			[ -f "$log" ] && { echo "--- $st $kind/$name: tail of $log" >&2; tail -40 "$log" >&2; }
 		done <"$out/results"
 	fi
-done <"$HERE/groups"
+done 3<"$HERE/groups"
 
 if [ "$TIER" = bench ]; then
 	echo
