@@ -102,6 +102,7 @@ rungroup() {
 		if [ "$attempt" = 1 ]; then
 			echo "=== realvm: group $1: L1 hung (no exit code came back) after: $(tail -1 "$out/progress" 2>/dev/null); booting it once more" >&2
 			mv "$out" "$out.hung"
+			mv "$W/console-$1.log" "$out.hung/console.log"
 		fi
 	done
 	echo "$rc"
@@ -127,7 +128,11 @@ while read -r -u 3 group kind tier tmo deadline tests; do
 	rc=$(rungroup "$group" "$tmo" "$d" "$extra")
 	secs=$(($(date +%s) - t0))
 	out=$W/out/$group
-	summary+=("group $group ($kind, $tier): payload exit code $rc, ${secs}s$([ -d "$out.hung" ] && echo "; L1 hung on the first boot (its output: $out.hung) and was booted once more")")
+	line="group $group ($kind, $tier): payload exit code $rc, ${secs}s"
+	if [ -d "$out.hung" ]; then
+		line="$line; L1 hung on the first boot (its output: $out.hung) and was booted once more"
+	fi
+	summary+=("$line")
 	while read -r st name s; do
 		summary+=("$(printf '  %-7s %s/%s (%ss)' "$st" "$kind" "$name" "$s")")
 		case $st in
