@@ -13,6 +13,7 @@
 #               (make test-realvm builds them; default: build/)
 #      REALVM   the harness (default: ../shared/realvm beside the repository)
 #      MEM      L1's memory in MiB (default 6144)
+#      GROUPS_FILE  the groups to run (default: hack/realvm/groups)
 # Output of each group goes to $BUILD/realvm/out/GROUP (logs/TEST.log, results,
 # progress), copied from L1 as it is written. An L1 that gives back no exit code (a
 # hang of the harness, not a test failure) is booted once more; nothing else is retried.
@@ -162,7 +163,7 @@ while read -r -u 3 group kind tier tmo deadline tests; do
 			[ -f "$log" ] && { echo "--- $st $kind/$name: tail of $log" >&2; tail -40 "$log" >&2; }
 		done <"$out/results"
 	fi
-done 3<"$HERE/groups"
+done 3<"${GROUPS_FILE:-$HERE/groups}"
 
 if [ "$TIER" = bench ]; then
 	echo
