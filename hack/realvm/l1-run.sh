@@ -16,6 +16,8 @@ mkdir -p $O/logs
 export PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
 export TMPDIR=/tmp HOME=/root
 
+VMEXIT0='stopped (exit code 0)'
+
 # result NAME RC SECONDS PASS-PATTERN SKIP-PATTERN LOG
 result() {
 	if [ "$2" = 137 ] || grep -q '^panic: test timed out' "$6"; then s=TIMEOUT
@@ -23,6 +25,9 @@ result() {
 	elif [ "$2" = 0 ] && grep -q -- "$4" "$6"; then s=PASS
 	else s=FAIL
 	fi
+	# a failure that shows a VM start ending "stopped (exit code 0)" before its agent
+	# answered: the known start failure of nested VMs (hack/realvm/README.md)
+	if [ $s = FAIL ] && grep -q "$VMEXIT0" "$6"; then s=VMEXIT0; fi
 	echo "$s $1 $3" >>$O/results
 	echo "=== L1: $s $1 (${3}s)"
 }
@@ -68,7 +73,7 @@ pi)
 	rc=$?
 	secs=$(($(date +%s) - t0))
 	# one result per test (TAP: a suite per pi version, its tests indented under it)
-	awk '
+	awk -v vmexit0="$VMEXIT0" '
 		/^ *# Subtest: pi [0-9]/ { sub(/^ *# Subtest: /, ""); ver = $1 "_" $2 }
 		/^        (not )?ok [0-9]+ - / {
 			s = ($1 == "not") ? "FAIL" : "PASS"
@@ -76,10 +81,12 @@ pi)
 			sub(/^ *(not )?ok [0-9]+ - /, ""); sub(/ # SKIP.*/, ""); gsub(/[^A-Za-z0-9!._-]+/, "_")
 			name = "pi/" ver "/" $0; next
 		}
-		name != "" && /duration_ms:/ { printf "%s %s %d\n", s, name, $2 / 1000; name = "" }
+		name != "" && /duration_ms:/ { secs = $2 / 1000 }
+		name != "" && s == "FAIL" && index($0, vmexit0) { s = "VMEXIT0" }
+		name != "" && /^ +\.\.\.$/ { printf "%s %s %d\n", s, name, secs; name = "" }
 	' $O/logs/pi.tap >>$O/results
 	[ $rc = 137 ] && echo "TIMEOUT pi $secs" >>$O/results
-	[ $rc != 0 ] && [ $rc != 137 ] && ! grep -q '^FAIL' $O/results && echo "FAIL pi $secs" >>$O/results
+	[ $rc != 0 ] && [ $rc != 137 ] && ! grep -q '^\(FAIL\|VMEXIT0\) ' $O/results && echo "FAIL pi $secs" >>$O/results
 	echo "=== L1: pi rc=$rc (${secs}s)"
 	;;
 bench)

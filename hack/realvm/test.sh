@@ -14,10 +14,12 @@
 #      REALVM   the harness (default: ../shared/realvm beside the repository)
 #      MEM      L1's memory in MiB (default 6144)
 #      GROUPS_FILE  the groups to run (default: hack/realvm/groups)
+#      MAX_VMEXIT0  VMEXIT0 results the ci tier tolerates (default 3; see the end)
 # Output of each group goes to $BUILD/realvm/out/GROUP (logs/TEST.log, results,
 # progress), copied from L1 as it is written. An L1 that gives back no exit code (a
 # hang of the harness, not a test failure) is booted once more; nothing else is retried.
-# Exits 0 when every test passed or skipped.
+# Exits 0 when every test passed or skipped (the ci tier: but for up to MAX_VMEXIT0
+# VMEXIT0 results, see the end).
 # The whole script is one block, read before it runs: editing it meanwhile is safe.
 {
 set -euo pipefail
@@ -110,7 +112,7 @@ rungroup() {
 }
 
 declare -a summary
-failed=0 passed=0 skipped=0
+failed=0 passed=0 skipped=0 vmexit0=0
 t_all=$(date +%s)
 while read -r -u 3 group kind tier tmo deadline tests; do
 	case $group in '' | '#'*) continue ;; esac
@@ -139,6 +141,7 @@ while read -r -u 3 group kind tier tmo deadline tests; do
 		case $st in
 		PASS) passed=$((passed + 1)) ;;
 		SKIP) skipped=$((skipped + 1)) ;;
+		VMEXIT0) vmexit0=$((vmexit0 + 1)) ;;
 		*) failed=$((failed + 1)) ;;
 		esac
 	done < <(sed "s/^\(\S*\) pi\//\1 /" "$out/results" 2>/dev/null || true)
@@ -174,7 +177,19 @@ fi
 echo
 echo "=== realvm summary ($TIER tier: tests run on real libkrun microVMs in nested L1 VMs, $(($(date +%s) - t_all))s)"
 printf '%s\n' "${summary[@]}"
-echo "=== realvm: $passed passed, $failed failed or hung, $skipped skipped"
+echo "=== realvm: $passed passed, $failed failed or hung, $skipped skipped, $vmexit0 failed by a VM start ending \"stopped (exit code 0)\" (VMEXIT0)"
+# VMEXIT0: a test that failed because a VM start ended "stopped (exit code 0)", empty
+# console, before its agent answered: a known failure of starts in nested VMs whose cause
+# is not found yet (hack/realvm/README.md). The ci tier, which gates every CI run, lets
+# up to MAX_VMEXIT0 of them pass, loudly; more means starts are broken, not unlucky.
+# The full and bench tiers count each as a failure.
+if [ "$vmexit0" != 0 ]; then
+	if [ "$TIER" = ci ] && [ "$vmexit0" -le "${MAX_VMEXIT0:-3}" ]; then
+		echo "=== realvm: WARNING: $vmexit0 test(s) failed only by the known nested-VM start failure (VMEXIT0, at most ${MAX_VMEXIT0:-3} tolerated in the ci tier)"
+	else
+		failed=$((failed + vmexit0))
+	fi
+fi
 [ "$failed" = 0 ]
 exit
 }
