@@ -114,7 +114,10 @@ rungroup() {
 declare -a summary
 failed=0 passed=0 skipped=0 vmexit0=0
 t_all=$(date +%s)
-while read -r -u 3 group kind tier tmo deadline tests; do
+# the list is read whole first: editing it during a run changes nothing of the run
+mapfile -t lines <"${GROUPS_FILE:-$HERE/groups}"
+for line in "${lines[@]}"; do
+	read -r group kind tier tmo deadline tests <<<"$line"
 	case $group in '' | '#'*) continue ;; esac
 	case $TIER/$tier in ci/ci | full/ci | full/full | bench/bench) ;; *) continue ;; esac
 	if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$group"; then continue; fi
@@ -166,7 +169,7 @@ while read -r -u 3 group kind tier tmo deadline tests; do
 			[ -f "$log" ] && { echo "--- $st $kind/$name: tail of $log" >&2; tail -40 "$log" >&2; }
 		done <"$out/results"
 	fi
-done 3<"${GROUPS_FILE:-$HERE/groups}"
+done
 
 if [ "$TIER" = bench ]; then
 	echo
