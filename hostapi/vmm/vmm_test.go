@@ -129,9 +129,16 @@ func startVM(t *testing.T, dir string, spec *Spec) *VM {
 	return v
 }
 
+// wait waits for v to end: 30 s on the test double, 2 minutes on real
+// libkrun, whose VMs boot a kernel (nested ones, in hack/realvm, on an
+// emulated CPU: a VM that ended in 14 s in one run took over 30 in another).
 func wait(t *testing.T, v *VM) *ExitStatus {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	timeout := 30 * time.Second
+	if realLib != "" {
+		timeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	es, err := v.Wait(ctx)
 	if err != nil {
@@ -147,6 +154,15 @@ func readFile(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// console returns what the guest wrote on the console of spec. Real
+// libkrun's console is a terminal in the guest, which ends each line it
+// writes with "\r\n" where the test double writes "\n": the lines are
+// what count.
+func console(t *testing.T, spec *Spec) string {
+	t.Helper()
+	return strings.ReplaceAll(readFile(t, spec.ConsoleLog), "\r\n", "\n")
 }
 
 func TestExitCodePropagation(t *testing.T) {
@@ -187,7 +203,7 @@ func TestExitCodePropagation(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Error("the runner process has not exited 10 s after the VM stopped")
 			}
-			if got := readFile(t, spec.ConsoleLog); !strings.Contains(got, tt.console) {
+			if got := console(t, spec); !strings.Contains(got, tt.console) {
 				t.Errorf("console log %q, want %q", got, tt.console)
 			}
 		})
@@ -200,7 +216,7 @@ func TestGuestEnvironment(t *testing.T) {
 	spec.Workdir = "/tmp"
 	spec.Rlimits = []Rlimit{{Resource: "nofile", Cur: 321, Max: 654}}
 	es := wait(t, startVM(t, dir, spec))
-	out := readFile(t, spec.ConsoleLog)
+	out := console(t, spec)
 	if es.Code != 0 || !strings.Contains(out, "id=0:0 host=sbx pwd=/tmp nofile=321 X=a b") {
 		t.Errorf("exit %v, console:\n%s", es, out)
 	}
@@ -225,7 +241,7 @@ func TestGuestHoldsNoHostDescriptors(t *testing.T) {
 	skipIfReal(t) // a real guest cannot see the VMM's descriptors at all
 	spec, dir := shellSpec(t, `echo init: $(ls /proc/1/fd); echo self: $(ls /proc/self/fd)`)
 	wait(t, startVM(t, dir, spec))
-	for _, line := range strings.Split(strings.TrimSpace(readFile(t, spec.ConsoleLog)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(console(t, spec)), "\n") {
 		who, fds, _ := strings.Cut(line, ": ")
 		// stdio, plus the console log in init and the directory ls reads.
 		if n := len(strings.Fields(fds)); n > 4 {
@@ -244,7 +260,7 @@ func TestNetworkNone(t *testing.T) {
 			spec, dir := shellSpec(t, script)
 			spec.Network = tt.net
 			wait(t, startVM(t, dir, spec))
-			ifaces := strings.Fields(readFile(t, spec.ConsoleLog))
+			ifaces := strings.Fields(console(t, spec))
 			host, _ := net.Interfaces()
 			switch {
 			case tt.hostNet && realLib != "":
@@ -267,7 +283,7 @@ func TestConsoleLogAndRunnerLog(t *testing.T) {
 	spec.LogLevel = 3
 	v := startVM(t, dir, spec)
 	wait(t, v)
-	if got := readFile(t, spec.ConsoleLog); got != "to-console\n" {
+	if got := console(t, spec); got != "to-console\n" {
 		t.Errorf("console log %q", got)
 	}
 	if _, err := os.Stat(filepath.Join(dir, LogFile)); err != nil {
@@ -360,8 +376,8 @@ func TestDetachedFromCaller(t *testing.T) {
 		t.Errorf("runner shares the caller's session %d", sid)
 	}
 	os.WriteFile(filepath.Join(spec.Root.Dir, "stop"), nil, 0o644)
-	if es := wait(t, v); es.Code != 0 || readFile(t, spec.ConsoleLog) != "stopped\n" {
-		t.Errorf("exit %v, console %q", es, readFile(t, spec.ConsoleLog))
+	if es := wait(t, v); es.Code != 0 || console(t, spec) != "stopped\n" {
+		t.Errorf("exit %v, console %q", es, console(t, spec))
 	}
 }
 
@@ -505,9 +521,9 @@ func TestOverlayRootLeavesImageUntouched(t *testing.T) {
 	spec.Root = Root{Lower: image, Upper: filepath.Join(state, "upper"), Work: filepath.Join(state, "work"), Merged: filepath.Join(state, "merged")}
 
 	if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
-		t.Fatalf("exit %v: %s", es, readFile(t, spec.ConsoleLog))
+		t.Fatalf("exit %v: %s", es, console(t, spec))
 	}
-	if got := readFile(t, spec.ConsoleLog); got != "changed\nnew\n0:0\n" {
+	if got := console(t, spec); got != "changed\nnew\n0:0\n" {
 		t.Errorf("guest saw %q", got)
 	}
 	if got := readFile(t, filepath.Join(image, "etc", "motd")); got != "original\n" {
@@ -531,7 +547,7 @@ func TestOverlayRootLeavesImageUntouched(t *testing.T) {
 	if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
 		t.Fatalf("second run: %v", es)
 	}
-	if got := readFile(t, spec.ConsoleLog); got != "new\ngone\n" {
+	if got := console(t, spec); got != "new\ngone\n" {
 		t.Errorf("second run saw %q", got)
 	}
 }
@@ -575,7 +591,7 @@ func TestUnprivilegedOverlay(t *testing.T) {
 	if err != nil {
 		t.Fatalf("unprivileged caller: %v\n%s\nrunner log:\n%s", err, out, Open(dir).logTail())
 	}
-	if got := readFile(t, spec.ConsoleLog); got != "0\n0\nw\n" {
+	if got := console(t, spec); got != "0\n0\nw\n" {
 		t.Errorf("guest saw %q, want uid 0, image files owned by 0, writes allowed", got)
 	}
 	if got := readFile(t, filepath.Join(image, "etc", "motd")); got != "original\n" {
@@ -651,7 +667,7 @@ func TestVsockGuestListens(t *testing.T) {
 				t.Errorf("reply %q", reply)
 			}
 			if es := wait(t, v); es.Code != 0 {
-				t.Errorf("exit %v: %s", es, readFile(t, spec.ConsoleLog))
+				t.Errorf("exit %v: %s", es, console(t, spec))
 			}
 		})
 	}
@@ -703,7 +719,7 @@ func TestVsockGuestDials(t *testing.T) {
 	l.SetDeadline(time.Now().Add(20 * time.Second))
 	c, err := l.Accept()
 	if err != nil {
-		t.Fatalf("the guest's connection never arrived: %v\nconsole: %s", err, readFile(t, spec.ConsoleLog))
+		t.Fatalf("the guest's connection never arrived: %v\nconsole: %s", err, console(t, spec))
 	}
 	got, _ := io.ReadAll(c)
 	c.Write([]byte("hello from the host"))
@@ -711,8 +727,8 @@ func TestVsockGuestDials(t *testing.T) {
 	if string(got) != "hello from the guest" {
 		t.Errorf("host read %q", got)
 	}
-	if es := wait(t, v); es.Code != 0 || readFile(t, spec.ConsoleLog) != "hello from the host" {
-		t.Errorf("exit %v, console %q", es, readFile(t, spec.ConsoleLog))
+	if es := wait(t, v); es.Code != 0 || console(t, spec) != "hello from the host" {
+		t.Errorf("exit %v, console %q", es, console(t, spec))
 	}
 }
 
@@ -753,9 +769,9 @@ func TestFilesPlacedWithoutTouchingTheImage(t *testing.T) {
 				{Path: "/etc/extra.conf", Mode: 0o600, Data: []byte("extra\n")},
 			}
 			if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
-				t.Fatalf("exit %v: %s", es, readFile(t, spec.ConsoleLog))
+				t.Fatalf("exit %v: %s", es, console(t, spec))
 			}
-			if got := readFile(t, spec.ConsoleLog); got != "{\"agent\":true}\nextra\n755\nsame\n" {
+			if got := console(t, spec); got != "{\"agent\":true}\nextra\n755\nsame\n" {
 				t.Errorf("guest saw %q", got)
 			}
 			if _, err := os.Stat(filepath.Join(image, ".krunbox")); err == nil {
@@ -786,7 +802,7 @@ func TestSharesUnderTheDouble(t *testing.T) {
 	if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
 		t.Fatalf("exit %v", es)
 	}
-	out := readFile(t, spec.ConsoleLog)
+	out := console(t, spec)
 	if !strings.HasPrefix(out, "from host\n") || !strings.Contains(out, "ro-refused") {
 		t.Errorf("console %q", out)
 	}
@@ -1055,7 +1071,7 @@ func TestSDKProgramIsItsOwnRunner(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "7" {
 		t.Fatalf("sdkprogram: %q, %v", out, err)
 	}
-	if got := readFile(t, spec.ConsoleLog); got != "from-sdk\n" {
+	if got := console(t, spec); got != "from-sdk\n" {
 		t.Errorf("console %q", got)
 	}
 }

@@ -48,7 +48,8 @@ async function main(): Promise<void> {
   });
   ext.register();
   await pi.emit("session_start", { reason: "startup" });
-  const deadline = Date.now() + 120_000;
+  // two minutes to start, scaled on slow machines (hack/realvm's nested real VMs)
+  const deadline = Date.now() + 120_000 * (Number(process.env.KRUNBOX_E2E_TIME_SCALE) || 1);
   while (!/ready/.test(pi.status())) {
     if (Date.now() > deadline || /blocked/.test(pi.status())) throw new Error(`sandbox not ready: ${pi.status()}`);
     await new Promise((r) => setTimeout(r, 20));

@@ -10,6 +10,8 @@
 // - KRUNBOX_E2E_IMAGE: the image of the sandboxes (user config `image`).
 // - KRUNBOX_E2E_PKG: the extension to load instead of this source folder (an installed
 //   package, whose bundled krunbox and libkrun it then uses).
+// - KRUNBOX_E2E_TIME_SCALE: multiplies the harness's waits (default 1), for slow machines
+//   (hack/realvm's nested real VMs use 4).
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -29,6 +31,8 @@ const MODULES = path.join(PKG, "node_modules");
  * source folder.
  */
 export const EXTENSION = process.env.KRUNBOX_E2E_PKG ? path.resolve(process.env.KRUNBOX_E2E_PKG) : PKG;
+/** How long the harness waits for pi by default: a minute, scaled by KRUNBOX_E2E_TIME_SCALE. */
+export const WAIT_MS = 60_000 * (Number(process.env.KRUNBOX_E2E_TIME_SCALE) || 1);
 
 /** The stand-in krunbox. */
 export const STANDIN_BIN = path.join(PKG, "test", "standin", "krunbox");
@@ -168,7 +172,7 @@ export function runPrint(
   pi: PiVersion,
   env: PiEnv,
   args: string[],
-  timeoutMs = 60_000,
+  timeoutMs = WAIT_MS,
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(pi.node, [pi.cli, ...args], { cwd: env.workspace, env: env.env, stdio: ["ignore", "pipe", "pipe"] });
@@ -229,7 +233,7 @@ export class RpcPi {
   }
 
   /** Wait for a record matching pred (also among those already received after index from). */
-  waitFor(pred: (r: Rec) => boolean, what: string, timeoutMs = 60_000, from = 0): Promise<Rec> {
+  waitFor(pred: (r: Rec) => boolean, what: string, timeoutMs = WAIT_MS, from = 0): Promise<Rec> {
     const seen = this.records.slice(from).find(pred);
     if (seen) return Promise.resolve(seen);
     return new Promise((resolve, reject) => {
@@ -247,14 +251,14 @@ export class RpcPi {
   }
 
   /** Send a command and wait for its response. */
-  async send(cmd: Rec, timeoutMs = 60_000): Promise<Rec> {
+  async send(cmd: Rec, timeoutMs = WAIT_MS): Promise<Rec> {
     const id = `t${++this.seq}`;
     this.child.stdin?.write(`${JSON.stringify({ ...cmd, id })}\n`);
     return this.waitFor((r) => r.type === "response" && r.id === id, `response to ${cmd.type} ${JSON.stringify(cmd).slice(0, 80)}`, timeoutMs);
   }
 
   /** Send a prompt to the agent and wait until the agent run ended. */
-  async prompt(message: string, timeoutMs = 60_000): Promise<void> {
+  async prompt(message: string, timeoutMs = WAIT_MS): Promise<void> {
     const from = this.records.length;
     const res = await this.send({ type: "prompt", message }, timeoutMs);
     if (!res.success) throw new Error(`prompt failed: ${JSON.stringify(res)}`);
@@ -262,7 +266,7 @@ export class RpcPi {
   }
 
   /** Run a slash command (its handler finished when the response arrives). */
-  async command(text: string, timeoutMs = 60_000): Promise<Rec> {
+  async command(text: string, timeoutMs = WAIT_MS): Promise<Rec> {
     return this.send({ type: "prompt", message: text }, timeoutMs);
   }
 
@@ -346,7 +350,7 @@ export class TuiPi {
   }
 
   /** Wait until the screen matches re. */
-  async waitForScreen(re: RegExp, what: string, timeoutMs = 60_000): Promise<string> {
+  async waitForScreen(re: RegExp, what: string, timeoutMs = WAIT_MS): Promise<string> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       let s = "";
