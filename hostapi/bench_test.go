@@ -2,6 +2,7 @@ package hostapi
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"os"
@@ -34,8 +35,16 @@ func BenchmarkExecTrue(b *testing.B) {
 	if _, err := c.Run(ctx, Command("/bin/true")); err != nil {
 		b.Fatal(err)
 	}
-	var agent, host []time.Duration
 	b.ResetTimer()
+	agent, host := execTrueTimes(b, ctx, c)
+	b.ReportMetric(micros(median(agent)), "agent-median-µs")
+	b.ReportMetric(micros(median(host)), "host-median-µs")
+	b.ReportMetric(micros(median(agent)-median(host)), "added-median-µs")
+}
+
+// execTrueTimes runs /bin/true once by fork/exec here and once through c
+// per iteration of b.Loop, and returns how long each took.
+func execTrueTimes(b *testing.B, ctx context.Context, c *Client) (agent, host []time.Duration) {
 	for b.Loop() {
 		start := time.Now()
 		if err := exec.Command("/bin/true").Run(); err != nil {
@@ -48,9 +57,7 @@ func BenchmarkExecTrue(b *testing.B) {
 		}
 		agent = append(agent, time.Since(start))
 	}
-	b.ReportMetric(micros(median(agent)), "agent-median-µs")
-	b.ReportMetric(micros(median(host)), "host-median-µs")
-	b.ReportMetric(micros(median(agent)-median(host)), "added-median-µs")
+	return agent, host
 }
 
 // BenchmarkPing measures the round trip to the agent: the floor of every
@@ -125,6 +132,58 @@ func rawCopy(b *testing.B, w io.Writer, r io.Reader) {
 
 func mbps(d time.Duration) float64 { return float64(bigFile) / d.Seconds() / 1e6 }
 
+// transfers are how long each copy of transferTimes took.
+type transfers struct{ rawRead, rawWrite, read, write []time.Duration }
+
+// transferTimes copies data (bigFile bytes, also in the host file src) per
+// iteration of b.Loop: read through a bare unix socket pair here and from
+// guestSrc through c, written through the socket pair here and to guestDst
+// through c.
+func transferTimes(b *testing.B, ctx context.Context, c *Client, data []byte, src, guestSrc, guestDst string) transfers {
+	var t transfers
+	dir := b.TempDir()
+	for b.Loop() {
+		// Raw read: file → socket pair → discard.
+		f, err := os.Open(src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		rawCopy(b, io.Discard, f)
+		t.rawRead = append(t.rawRead, time.Since(start))
+		f.Close()
+
+		start = time.Now()
+		rf, err := c.Open(ctx, guestSrc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, rf)
+		rf.Close()
+		t.read = append(t.read, time.Since(start))
+		if err != nil || n != bigFile {
+			b.Fatalf("read %d, %v", n, err)
+		}
+
+		// Raw write: memory → socket pair → file.
+		out, err := os.Create(filepath.Join(dir, "raw"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		rawCopy(b, out, bytes.NewReader(data))
+		out.Close()
+		t.rawWrite = append(t.rawWrite, time.Since(start))
+
+		start = time.Now()
+		if err := c.WriteFile(ctx, guestDst, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		t.write = append(t.write, time.Since(start))
+	}
+	return t
+}
+
 // BenchmarkFileTransfer reads and writes a 256 MiB file through the agent
 // and, in the same iterations, copies it through a bare unix socket pair;
 // it reports each throughput and the ratios (target: at least 0.5). Reads
@@ -139,41 +198,9 @@ func BenchmarkFileTransfer(b *testing.B) {
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	var rawRead, rawWrite, read, write []time.Duration
 	b.SetBytes(2 * bigFile)
-	for b.Loop() {
-		// Raw read: file → socket pair → discard.
-		f, _ := os.Open(src)
-		start := time.Now()
-		rawCopy(b, io.Discard, f)
-		rawRead = append(rawRead, time.Since(start))
-		f.Close()
-
-		start = time.Now()
-		rf, err := c.Open(ctx, src)
-		if err != nil {
-			b.Fatal(err)
-		}
-		n, err := io.Copy(io.Discard, rf)
-		rf.Close()
-		read = append(read, time.Since(start))
-		if err != nil || n != bigFile {
-			b.Fatalf("read %d, %v", n, err)
-		}
-
-		// Raw write: memory → socket pair → file.
-		out, _ := os.Create(filepath.Join(dir, "raw"))
-		start = time.Now()
-		rawCopy(b, out, bytes.NewReader(data))
-		out.Close()
-		rawWrite = append(rawWrite, time.Since(start))
-
-		start = time.Now()
-		if err := c.WriteFile(ctx, filepath.Join(dir, "dst"), data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-		write = append(write, time.Since(start))
-	}
+	t := transferTimes(b, ctx, c, data, src, src, filepath.Join(dir, "dst"))
+	rawRead, rawWrite, read, write := t.rawRead, t.rawWrite, t.read, t.write
 	b.ReportMetric(mbps(median(rawRead)), "raw-read-MB/s")
 	b.ReportMetric(mbps(median(read)), "read-MB/s")
 	b.ReportMetric(float64(median(rawRead))/float64(median(read)), "read-ratio")

@@ -5,9 +5,7 @@ package hostapi
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -112,19 +110,7 @@ func BenchmarkRealVMExecTrue(b *testing.B) {
 	if _, err := c.Run(ctx, Command("/bin/true")); err != nil {
 		b.Fatal(err)
 	}
-	var vm, host []time.Duration
-	for b.Loop() {
-		start := time.Now()
-		if err := exec.Command("/bin/true").Run(); err != nil {
-			b.Fatal(err)
-		}
-		host = append(host, time.Since(start))
-		start = time.Now()
-		if _, err := c.Run(ctx, Command("/bin/true")); err != nil {
-			b.Fatal(err)
-		}
-		vm = append(vm, time.Since(start))
-	}
+	vm, host := execTrueTimes(b, ctx, c)
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(micros(median(vm)), "vm-median-µs")
 	b.ReportMetric(micros(median(host)), "forkexec-median-µs")
@@ -148,50 +134,13 @@ func BenchmarkRealVMFileTransfer(b *testing.B) {
 	if err := c.WriteFile(ctx, "/bench-src", data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	dir := b.TempDir()
-	src := filepath.Join(dir, "src")
+	src := filepath.Join(b.TempDir(), "src")
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	var rawRead, rawWrite, read, write []time.Duration
 	b.SetBytes(2 * bigFile)
-	for b.Loop() {
-		f, err := os.Open(src)
-		if err != nil {
-			b.Fatal(err)
-		}
-		start := time.Now()
-		rawCopy(b, io.Discard, f)
-		rawRead = append(rawRead, time.Since(start))
-		f.Close()
-
-		start = time.Now()
-		rf, err := c.Open(ctx, "/bench-src")
-		if err != nil {
-			b.Fatal(err)
-		}
-		n, err := io.Copy(io.Discard, rf)
-		rf.Close()
-		read = append(read, time.Since(start))
-		if err != nil || n != bigFile {
-			b.Fatalf("read %d, %v", n, err)
-		}
-
-		out, err := os.Create(filepath.Join(dir, "raw"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		start = time.Now()
-		rawCopy(b, out, bytes.NewReader(data))
-		out.Close()
-		rawWrite = append(rawWrite, time.Since(start))
-
-		start = time.Now()
-		if err := c.WriteFile(ctx, "/bench-dst", data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-		write = append(write, time.Since(start))
-	}
+	t := transferTimes(b, ctx, c, data, src, "/bench-src", "/bench-dst")
+	rawRead, rawWrite, read, write := t.rawRead, t.rawWrite, t.read, t.write
 	b.ReportMetric(mbps(median(read)), "vm-read-MB/s")
 	b.ReportMetric(mbps(median(rawRead)), "socket-read-MB/s")
 	b.ReportMetric(float64(median(rawRead))/float64(median(read)), "read-ratio")
