@@ -128,16 +128,22 @@ func startVM(t *testing.T, dir string, spec *Spec) *VM {
 	return v
 }
 
-// wait waits for v to end: 30 s on the test double, 2 minutes on real
-// libkrun, whose VMs boot a kernel (nested ones, in hack/realvm, on an
-// emulated CPU: a VM that ended in 14 s in one run took over 30 in another).
+// vmDeadline bounds a wait for a VM to boot or end: 30 s on the test
+// double, 2 minutes on real libkrun, whose VMs boot a kernel (nested ones,
+// in hack/realvm, on an emulated CPU: a VM that ended in 14 s in one run
+// took over 30 in another, and a guest kernel took 7 to 20 s to reach its
+// init).
+func vmDeadline() time.Duration {
+	if realLib != "" {
+		return 2 * time.Minute
+	}
+	return 30 * time.Second
+}
+
+// wait waits for v to end, at most vmDeadline.
 func wait(t *testing.T, v *VM) *ExitStatus {
 	t.Helper()
-	timeout := 30 * time.Second
-	if realLib != "" {
-		timeout = 2 * time.Minute
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), vmDeadline())
 	defer cancel()
 	es, err := v.Wait(ctx)
 	if err != nil {
@@ -695,11 +701,12 @@ func TestVsockGuestListens(t *testing.T) {
 }
 
 // exchange connects to the guest through sock (retrying until the guest
-// listens: before that libkrun resets the connection), sends msg and
-// returns the reply.
+// listens: before that libkrun resets the connection, and before its
+// kernel activates vsock there is no socket), sends msg and returns the
+// reply, within vmDeadline.
 func exchange(t *testing.T, sock, msg string) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(vmDeadline())
 	d, err := os.Open(filepath.Dir(sock))
 	if err != nil {
 		t.Fatal(err)
