@@ -70,6 +70,9 @@ func (e *env) within(d time.Duration, args ...string) (result, int64) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, krunboxBin, args...)
 	cmd.Env = e.environ()
+	// A VM runner that krunbox started may hold its output open: past the
+	// deadline, stop waiting for it too.
+	cmd.WaitDelay = 5 * time.Second
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
