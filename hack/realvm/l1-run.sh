@@ -45,6 +45,9 @@ gotest() {
 }
 
 echo "=== L1: group $GROUP ($KIND): $TESTS"
+# L1's free memory every 10 s, for the diagnosis of VMs that died (an OOM kill)
+(while :; do echo "$(date +%T) $(free -m | awk '/^Mem:/ { print "used " $3 " free " $4 " available " $7 " MiB" }')"; sleep 10; done) >$O/logs/memory.log 2>&1 &
+sampler=$!
 case $KIND in
 e2e)
 	export KRUNBOX_BIN=$P/krunbox KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_LIBKRUN=real \
@@ -54,6 +57,9 @@ e2e)
 	for t in $TESTS; do gotest e2e.test "$t"; done
 	;;
 vmm)
+	# UnprivilegedOverlay runs the runner as nobody: /dev/kvm usable by every user, as
+	# distributions that let users run VMs have it (L1's is root's only)
+	chmod 0666 /dev/kvm
 	export KRUNBOX_TEST_VSOCKPROBE=$P/vsockprobe KRUNBOX_TEST_BUSYBOX=/bin/busybox
 	for t in $TESTS; do gotest vmm.test "$t"; done
 	;;
@@ -61,6 +67,8 @@ pi)
 	export KRUNBOX_E2E_BIN=$P/krunbox KRUNBOX_E2E_VM=1 KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest \
 		KRUNBOX_E2E_ENV='{"KRUNBOX_CPUS":"1"}'
 	export KRUNBOX_E2E_TIME_SCALE=4
+	# each sandbox's console and runner log, kept for the diagnosis of a VM that died
+	export KRUNBOX_E2E_KEEP_LOGS=$O/logs/sandboxes
 	log=$O/logs/pi.log
 	echo pi >>$O/progress
 	t0=$(date +%s)
@@ -168,6 +176,9 @@ dist)
 	exit 2
 	;;
 esac
+# L1's kernel log: an OOM kill, a hung task or a KVM error explains a test that failed
+dmesg >$O/logs/dmesg.log 2>&1
+kill $sampler
 code=0
 grep -q -v '^\(PASS\|SKIP\) ' $O/results && code=1
 # the host tells a hang of L1 (no exit-code came back) from a failure by this file

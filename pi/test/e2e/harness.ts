@@ -14,7 +14,7 @@
 //   (hack/realvm's nested real VMs use 4).
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -307,11 +307,30 @@ export async function setup(turns: Turn[], opts: ConstructorParameters<typeof Pi
     env,
     done: async () => {
       await llm.stop();
+      keepLogs(env.krunboxHome);
       // A real krunbox's sandboxes keep running; the stand-in's are directories in env.root.
       await removeSandboxes({ bin: KRUNBOX_BIN, env: env.env }, env.krunboxHome);
       env.cleanup();
     },
   };
+}
+
+/**
+ * Copies each sandbox's console and runner log under KRUNBOX_E2E_KEEP_LOGS (the real-VM
+ * tier sets it to its /out folder), before the sandboxes and their logs are removed: a VM
+ * that died mid-test is diagnosed from these.
+ */
+function keepLogs(krunboxHome: string): void {
+  const keep = process.env.KRUNBOX_E2E_KEEP_LOGS;
+  const boxes = path.join(krunboxHome, "state", "sandboxes");
+  if (!keep || !existsSync(boxes)) return;
+  mkdirSync(keep, { recursive: true });
+  for (const name of readdirSync(boxes)) {
+    for (const f of ["console.log", "runner.log"]) {
+      const src = path.join(boxes, name, f);
+      if (existsSync(src)) copyFileSync(src, path.join(keep, `${path.basename(path.dirname(krunboxHome))}-${name}-${f}`));
+    }
+  }
 }
 
 /** Strip ANSI escapes (theme colours) from a status text. */
