@@ -34,13 +34,12 @@ func Example() {
 	c := sb.Client()
 	defer c.Close()
 	res, err := c.Run(ctx, hostapi.Command("uname", "-a"))
-	var exit *hostapi.ExitError
-	switch {
-	case errors.As(err, &exit):
-		fmt.Printf("exited %d: %s", exit.Code, exit.Stderr)
-	case err != nil:
+	if err != nil {
 		log.Fatal(err) // never ran: a *StartError, or the sandbox failed (CheckReady says why)
-	default:
+	}
+	if res.ExitCode != 0 {
+		fmt.Printf("exited %d: %s", res.ExitCode, res.Stderr)
+	} else {
 		fmt.Printf("%s", res.Stdout)
 	}
 }

@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -56,13 +55,11 @@ func run(ctx context.Context, image string, args []string) (int, error) {
 	}
 	c := sb.Client()
 	defer c.Close()
+	// An error means it never ran (not found...) or the VM failed; a
+	// command that ran and failed is a result, with its exit code.
 	res, err := c.Run(ctx, hostapi.Command(args...))
-	var exit *hostapi.ExitError
-	switch {
-	case errors.As(err, &exit):
-		// It ran and failed: its output and exit code are the answer.
-	case err != nil:
-		return 0, err // it never ran (not found...) or the VM failed
+	if err != nil {
+		return 0, err
 	}
 	os.Stdout.Write(res.Stdout)
 	os.Stderr.Write(res.Stderr)
