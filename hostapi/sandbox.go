@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -139,9 +140,58 @@ func (s *Sandbox) SocketPath() string { return s.path(socketFile) }
 func (s *Sandbox) ConsolePath() string { return s.path(consoleFile) }
 
 // Client returns a client of the sandbox's guest agent, for exec and file
-// operations. The caller closes it.
+// operations. The caller closes it. A call made while the sandbox's VM
+// does not run fails with an error matching ErrNotRunning: a
+// *NotRunningError for a sandbox never started or stopped, a *DeadError
+// for one whose VM ended on its own (as CheckReady says), and, for a
+// sandbox removed meanwhile, one matching ErrNotFound too. A call whose VM
+// stops while it runs fails with ErrConnectionLost.
 func (s *Sandbox) Client(opts ...ClientOption) *Client {
-	return NewUnixClient(s.SocketPath(), opts...)
+	dial := UnixDialer(s.SocketPath())
+	return NewClient(func(ctx context.Context) (net.Conn, error) {
+		nc, err := dial(ctx)
+		if err != nil {
+			if nr := s.notRunning(); nr != nil {
+				return nil, nr
+			}
+		}
+		return nc, err
+	}, opts...)
+}
+
+// notRunning says why the sandbox's agent cannot be reached when its VM
+// does not run: a *NotRunningError, a *DeadError, or, for a sandbox
+// removed, an error matching both ErrNotFound and ErrNotRunning. It
+// returns nil while the VM runs (or its state cannot be read).
+func (s *Sandbox) notRunning() error {
+	if _, err := os.Lstat(s.path(recordFile)); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("sandbox %s: %w (%w)", s.name, ErrNotFound, ErrNotRunning)
+	}
+	vm := vmm.Open(s.dir)
+	st, err := vm.State()
+	if err != nil {
+		return nil
+	}
+	switch st {
+	case vmm.StateNone:
+		return &NotRunningError{Name: s.name, State: StateCreated}
+	case vmm.StateStopped:
+		if s.stoppedCleanly(vm) {
+			return &NotRunningError{Name: s.name, State: StateStopped}
+		}
+		return s.deathError(vm)
+	}
+	return nil
+}
+
+// stoppedCleanly reports whether a stopped VM was asked to stop, or ended
+// with status 0 (idle), rather than dying.
+func (s *Sandbox) stoppedCleanly(vm *vmm.VM) bool {
+	if _, err := os.Stat(s.path(stopFile)); err == nil {
+		return true
+	}
+	es, _ := vm.ExitStatus()
+	return es != nil && es.Code == 0 && es.Signal == ""
 }
 
 // lock takes the sandbox's lifecycle lock, waiting until ctx is done.
@@ -798,7 +848,7 @@ func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
 	case vmm.StateStopped:
 		es, _ := vm.ExitStatus()
 		out := &Status{State: StateStopped, Exit: es}
-		if _, err := os.Stat(s.path(stopFile)); err == nil || (es != nil && es.Code == 0 && es.Signal == "") {
+		if s.stoppedCleanly(vm) {
 			return out, nil
 		}
 		out.State = StateDead
