@@ -367,32 +367,3 @@ func (h *Host) ImagesInUse() (oci.InUse, error) {
 	}
 	return func(d v1.Hash) bool { return used[d.String()] }, nil
 }
-
-// The package-level functions use a Host on the default directories.
-
-// Create creates a sandbox with a Host on the default directories.
-func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
-	h, err := NewHost()
-	if err != nil {
-		return nil, err
-	}
-	return h.Create(ctx, cfg)
-}
-
-// Get returns a sandbox of the default directories.
-func Get(name string) (*Sandbox, error) {
-	h, err := NewHost()
-	if err != nil {
-		return nil, err
-	}
-	return h.Get(name)
-}
-
-// List lists the sandboxes of the default directories.
-func List() ([]*Sandbox, error) {
-	h, err := NewHost()
-	if err != nil {
-		return nil, err
-	}
-	return h.List()
-}

@@ -37,27 +37,11 @@ func main() {
 }
 
 func run(ctx context.Context, image string, args []string) (int, error) {
-	host, err := hostapi.NewHost()
-	if err != nil {
-		return 0, err
-	}
-	// Fail before pulling anything on a host that cannot start VMs.
-	if err := host.Preflight(ctx); err != nil {
-		return 0, err
-	}
-	sb, err := host.Create(ctx, hostapi.Config{Image: image})
-	if err != nil {
-		return 0, err
-	}
-	defer sb.Remove(context.WithoutCancel(ctx))
-	if err := sb.Start(ctx); err != nil {
-		return 0, err
-	}
-	c := sb.Client()
-	defer c.Close()
-	// An error means it never ran (not found...) or the VM failed; a
-	// command that ran and failed is a result, with its exit code.
-	res, err := c.Run(ctx, hostapi.Command(args...))
+	// Checks the host (no KVM, no libkrun: an error with a Hint), pulls,
+	// boots, runs, and removes the VM whatever happens. An error means
+	// the command never ran (not found...) or the VM failed; a command
+	// that ran and failed is a result, with its exit code.
+	res, err := hostapi.Run(ctx, image, hostapi.Command(args...))
 	if err != nil {
 		return 0, err
 	}
