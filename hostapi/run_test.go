@@ -101,7 +101,7 @@ func TestRunHelperChecksTheHostFirst(t *testing.T) {
 	if entries, _ := os.ReadDir(h.Dirs().Sandboxes()); len(entries) != 0 {
 		t.Errorf("a sandbox was made on a host that cannot run VMs: %v", entries)
 	}
-	if imgs, err := h.Images(); err == nil {
+	if imgs, err := h.images(); err == nil {
 		if list, _ := imgs.List(t.Context()); len(list) != 0 {
 			t.Errorf("images pulled on a host that cannot run VMs: %v", list)
 		}
