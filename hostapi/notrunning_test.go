@@ -7,7 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/krunbox/krunbox/hostapi/vmm"
 )
 
 // clientCalls is every Client call that talks to the guest agent.
@@ -85,8 +89,10 @@ func clientCalls(t *testing.T) []struct {
 }
 
 // TestCallsOnASandboxNotRunning: every call of a sandbox's Client, made
-// when its VM does not run, fails with an error matching ErrNotRunning
-// that says which state it is in, never with a bare dial error.
+// when its VM does not run (never started; stopped, also through a client
+// connected while it ran; killed; removed), fails with an error matching
+// ErrNotRunning that says which state it is in, never with a bare dial
+// error.
 func TestCallsOnASandboxNotRunning(t *testing.T) {
 	h, ref := testHost(t)
 	ctx := t.Context()
@@ -103,6 +109,15 @@ func TestCallsOnASandboxNotRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := stopped.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dead := started(t, h, Config{Name: "dead", Image: ref})
+	if err := vmm.Open(dead.Dir()).Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := dead.Wait(wctx); err != nil {
 		t.Fatal(err)
 	}
 	removed, err := h.Create(ctx, Config{Name: "removed", Image: ref})
@@ -122,6 +137,7 @@ func TestCallsOnASandboxNotRunning(t *testing.T) {
 		{"created", created.Client(), StateCreated, "sandbox never is not running: it was never started"},
 		{"stopped", stopped.Client(), StateStopped, "sandbox stopped is not running: it was stopped"},
 		{"stopped, client made while it ran", stoppedLive, StateStopped, "sandbox stopped is not running: it was stopped"},
+		{"dead", dead.Client(), StateDead, "sandbox dead stopped (runner killed by SIGKILL)"},
 		{"removed", removed.Client(), "", "sandbox removed: no such sandbox"},
 	}
 	for _, sb := range sandboxes {
@@ -136,12 +152,20 @@ func TestCallsOnASandboxNotRunning(t *testing.T) {
 					t.Errorf("err = %q, want it to say %q, without the dial error", err, sb.want)
 				}
 				var nr *NotRunningError
-				if sb.state == "" {
+				var de *DeadError
+				switch sb.state {
+				case "":
 					if !errors.Is(err, ErrNotFound) {
 						t.Errorf("err = %v, want one matching ErrNotFound too", err)
 					}
-				} else if !errors.As(err, &nr) || nr.State != sb.state {
-					t.Errorf("err = %v, want a *NotRunningError in state %s", err, sb.state)
+				case StateDead:
+					if !errors.As(err, &de) || de.Exit == nil || de.Exit.Signal != "SIGKILL" {
+						t.Errorf("err = %v, want a *DeadError saying SIGKILL", err)
+					}
+				default:
+					if !errors.As(err, &nr) || nr.State != sb.state {
+						t.Errorf("err = %v, want a *NotRunningError in state %s", err, sb.state)
+					}
 				}
 			})
 		}
