@@ -25,8 +25,8 @@ const (
 
 // PortMapping publishes a guest TCP port on a host port.
 type PortMapping struct {
-	Host  uint16 `json:"host"`
-	Guest uint16 `json:"guest"`
+	Host  uint16 `json:"host"`  // the host port
+	Guest uint16 `json:"guest"` // the guest port
 }
 
 // Defaults of a Config.

@@ -81,15 +81,16 @@ func sdkError(err error) error {
 	return err
 }
 
-// ImageConfig is what a sandbox takes from its image's config.
+// ImageConfig is what a sandbox takes from its image's config (the OCI
+// image config's fields of the same names), as Create checked it.
 type ImageConfig struct {
-	User         string            `json:"user,omitempty"`
-	Env          []string          `json:"env,omitempty"`
-	Entrypoint   []string          `json:"entrypoint,omitempty"`
-	Cmd          []string          `json:"cmd,omitempty"`
-	WorkingDir   string            `json:"workingDir,omitempty"`
-	ExposedPorts []string          `json:"exposedPorts,omitempty"`
-	Volumes      []string          `json:"volumes,omitempty"`
+	User         string            `json:"user,omitempty"`         // the default user
+	Env          []string          `json:"env,omitempty"`          // the default environment, KEY=VALUE
+	Entrypoint   []string          `json:"entrypoint,omitempty"`   // the command the image runs...
+	Cmd          []string          `json:"cmd,omitempty"`          // ...with these default arguments
+	WorkingDir   string            `json:"workingDir,omitempty"`   // absolute, or empty
+	ExposedPorts []string          `json:"exposedPorts,omitempty"` // "80/tcp"...
+	Volumes      []string          `json:"volumes,omitempty"`      // guest paths
 	Labels       map[string]string `json:"labels,omitempty"`
 	StopSignal   string            `json:"stopSignal,omitempty"`
 }
