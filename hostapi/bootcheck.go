@@ -39,11 +39,11 @@ type BootError struct {
 	// Timeout is how long CheckBoot waited.
 	Timeout time.Duration
 	// Start is the runner's error when it gave up before booting the VM
-	// (a *vmm.StartError), nil when the VM ran.
+	// (a *RunnerError), nil when the VM ran.
 	Start error
 	// Exit is how the VM ended on its own before its agent answered; nil
 	// when it still ran at the deadline (and was stopped) or never ran.
-	Exit *vmm.ExitStatus
+	Exit *ExitStatus
 	// Ran is how long the VM ran; CPU the CPU time it used meanwhile (0
 	// when unknown).
 	Ran, CPU time.Duration
@@ -118,7 +118,7 @@ func (h *Host) CheckBoot(ctx context.Context, timeout time.Duration) (*BootRepor
 	begin := time.Now()
 	vm, err := vmm.Start(ctx, dir, spec)
 	if se := (*vmm.StartError)(nil); errors.As(err, &se) {
-		return nil, &BootError{Timeout: timeout, Start: se, fix: "fix what the runner's log says (krunbox doctor's other lines check what it needs)"}
+		return nil, &BootError{Timeout: timeout, Start: sdkError(se), fix: "fix what the runner's log says (krunbox doctor's other lines check what it needs)"}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("boot check: %w", err)
@@ -137,7 +137,8 @@ func (h *Host) CheckBoot(ctx context.Context, timeout time.Duration) (*BootRepor
 	}
 	be := &BootError{Timeout: timeout, Ran: ran}
 	if errors.Is(err, errVMEnded) {
-		be.Exit, _ = vm.ExitStatus()
+		es, _ := vm.ExitStatus()
+		be.Exit = (*ExitStatus)(es)
 	} else {
 		be.CPU, _ = vm.CPUTime()
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -9,23 +9,25 @@ import (
 	"time"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
-	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/oci"
 )
 
 // Network selects a sandbox's network: NetworkTSI (the host's network
 // identity through libkrun's transparent socket impersonation; guest
 // listeners become host listeners) or NetworkNone (only loopback).
-type Network = vmm.Network
+type Network string
 
 // Networks.
 const (
-	NetworkTSI  = vmm.NetworkTSI
-	NetworkNone = vmm.NetworkNone
+	NetworkTSI  Network = "tsi"
+	NetworkNone Network = "none"
 )
 
 // PortMapping publishes a guest TCP port on a host port.
-type PortMapping = vmm.PortMapping
+type PortMapping struct {
+	Host  uint16 `json:"host"`  // the host port
+	Guest uint16 `json:"guest"` // the guest port
+}
 
 // Defaults of a Config.
 const (
@@ -40,7 +42,7 @@ type Config struct {
 	// Image is the image reference (see oci.ReferenceHelp).
 	Image string `json:"image"`
 	// PullPolicy says when to pull the image; empty means if-missing.
-	PullPolicy oci.PullPolicy `json:"pull_policy,omitempty"`
+	PullPolicy PullPolicy `json:"pull_policy,omitempty"`
 	// Platform picks the image platform (os/arch[/variant]); empty means
 	// the host's.
 	Platform string `json:"platform,omitempty"`
@@ -93,7 +95,7 @@ type Config struct {
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
 	if c.PullPolicy == "" {
-		c.PullPolicy = oci.PullIfMissing
+		c.PullPolicy = PullIfMissing
 	}
 	if c.CPUs == 0 {
 		c.CPUs = DefaultCPUs

@@ -2,8 +2,10 @@
 // microVMs booted from OCI images), runs commands in them, reads and writes
 // their files, and stops them.
 //
-// A [Host] manages the sandboxes of one state directory and the image cache
-// they are made from ([NewHost]; KRUNBOX_HOME or the XDG directories).
+// [Run] runs one command in a fresh sandbox and removes it: the common
+// case in one call. For more, a [Host], the one entry point, manages the
+// sandboxes of one state directory and the image cache they are made from
+// ([NewHost]; KRUNBOX_HOME or the XDG directories).
 // [Host.Create] makes a [Sandbox] from a [Config]: its root file system is a
 // writable layer over the cached image, so nothing is copied, or, where the
 // host cannot mount that overlay, the sandbox's own copy of the image,
@@ -13,7 +15,10 @@
 // agent ([Client.Run], [Client.Start], file operations, [Client.CopyIn],
 // [Client.CopyOut]), [Sandbox.Stop] and [Sandbox.Remove] end it.
 // [Sandbox.Status] and [Sandbox.CheckReady] say what state it is in and
-// why. Sandboxes are named and persist: [Host.Get] finds one again from
+// why; a call of its Client while its VM does not run fails with an error
+// matching [ErrNotRunning]. [Client.Run] returns a [RunResult] for a
+// command that ran, whatever its exit status, and an error only for one
+// that did not run. Sandboxes are named and persist: [Host.Get] finds one again from
 // any process. [Host.Preflight] says, before anything is pulled, whether
 // this host can start VMs at all.
 //

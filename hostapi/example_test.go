@@ -9,6 +9,25 @@ import (
 	"github.com/krunbox/krunbox/hostapi"
 )
 
+// image is the image the examples boot. TestExampleRun runs ExampleRun
+// with a local busybox image on the libkrun test double instead.
+var image = "alpine"
+
+// One command in a fresh microVM: Run checks the host, pulls the image,
+// boots the VM, runs the command and removes the VM, even when a step
+// fails or the context ends. A command that ran is a result, whatever its
+// exit status; the error is for one that did not run.
+func ExampleRun() {
+	ctx := context.Background()
+	res, err := hostapi.Run(ctx, image, hostapi.Command("sh", "-c", "echo hello from $(uname -s); exit 3"))
+	if err != nil {
+		// Never ran: no KVM or no libkrun (the error has a Hint), no such
+		// image, no such program (*StartError)...
+		log.Fatal(err)
+	}
+	fmt.Printf("exit %d: %s", res.ExitCode, res.Stdout)
+}
+
 // A sandbox from an image, a command in it, its removal. The program is
 // its own VM runner: nothing else to install.
 func Example() {
@@ -23,7 +42,7 @@ func Example() {
 		errors.As(err, &h)
 		log.Fatalf("%v (%s)", err, h.Hint())
 	}
-	sb, err := host.Create(ctx, hostapi.Config{Image: "alpine", Workspace: "."})
+	sb, err := host.Create(ctx, hostapi.Config{Image: image, Workspace: "."})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,13 +53,12 @@ func Example() {
 	c := sb.Client()
 	defer c.Close()
 	res, err := c.Run(ctx, hostapi.Command("uname", "-a"))
-	var exit *hostapi.ExitError
-	switch {
-	case errors.As(err, &exit):
-		fmt.Printf("exited %d: %s", exit.Code, exit.Stderr)
-	case err != nil:
+	if err != nil {
 		log.Fatal(err) // never ran: a *StartError, or the sandbox failed (CheckReady says why)
-	default:
+	}
+	if res.ExitCode != 0 {
+		fmt.Printf("exited %d: %s", res.ExitCode, res.Stderr)
+	} else {
 		fmt.Printf("%s", res.Stdout)
 	}
 }

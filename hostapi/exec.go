@@ -57,16 +57,39 @@ func Command(args ...string) Cmd { return Cmd{Args: args} }
 // WindowSize is a terminal size.
 type WindowSize = protocol.WindowSize
 
-// RunResult is what Run collected.
+// RunResult is how a process that Run ran ended, and what it wrote.
 type RunResult struct {
 	// Stdout and Stderr are the output, unless Cmd.Stdout or Cmd.Stderr
-	// took it.
+	// took it (or, for Stderr, Cmd.TTY merged it into Stdout).
 	Stdout, Stderr []byte
-	// ExitCode is the exit status, or 128+N for a process killed by signal N.
+	// ExitCode is the exit status, or 128+N for a process killed by signal
+	// N, as a shell reports it.
 	ExitCode int
+	// Signal is the name of the signal that killed the process
+	// ("SIGKILL"), or "" when it exited.
+	Signal string
+	// CoreDumped is set when the kill dumped core.
+	CoreDumped bool
+	// TimedOut is set when the agent killed the process for Cmd.Timeout.
+	TimedOut bool
 }
 
-// ExitError is returned when a process ran but did not exit with status 0.
+// Success reports whether the process exited with status 0.
+func (r *RunResult) Success() bool { return r.ExitCode == 0 && r.Signal == "" }
+
+// Err returns nil when the process exited with status 0, and otherwise an
+// *ExitError describing how it ended (with Stderr when Run collected it),
+// for callers that want a failed command as an error, as os/exec's Run
+// gives it.
+func (r *RunResult) Err() error {
+	if r.Success() {
+		return nil
+	}
+	return &ExitError{Code: r.ExitCode, Signal: r.Signal, CoreDumped: r.CoreDumped, TimedOut: r.TimedOut, Stderr: r.Stderr}
+}
+
+// ExitError reports a process that ran but did not exit with status 0:
+// Process.Wait and Client.Output return it, and RunResult.Err makes one.
 type ExitError struct {
 	// Code is the exit status, or 128+N when signal N killed the process.
 	Code int
@@ -138,9 +161,14 @@ func (e *StartError) Unwrap() error {
 	return e.Err
 }
 
-// Run runs cmd to completion. It returns the RunResult and, when the process
-// ran but did not exit 0, an *ExitError (with Stderr set when collected);
-// when it could not start, a *StartError and no Result. Output not sent to
+// Run runs cmd to completion and returns how it ended. A process that ran
+// is a result, whatever its exit status: RunResult.ExitCode (and Signal,
+// TimedOut) say how it ended, RunResult.Err turns a failure into an
+// *ExitError. The error is for a process that did not run to its end: a
+// *StartError when it could not start (program not found, bad working
+// directory or user), the context's error (wrapped) when ctx ended first,
+// or the sandbox's: an error matching ErrNotRunning when its VM does not
+// run, ErrConnectionLost when it stopped meanwhile. Output not sent to
 // Cmd.Stdout or Cmd.Stderr is collected in memory.
 func (c *Client) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
 	var stdout, stderr *bytes.Buffer
@@ -158,28 +186,32 @@ func (c *Client) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
 	}
 	defer p.Close()
 	err = p.Wait()
+	var ee *ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return nil, err
+	}
 	res := &RunResult{ExitCode: p.ExitCode()}
+	if ee != nil {
+		res.Signal, res.CoreDumped, res.TimedOut = ee.Signal, ee.CoreDumped, ee.TimedOut
+	}
 	if stdout != nil {
 		res.Stdout = stdout.Bytes()
 	}
 	if stderr != nil {
 		res.Stderr = stderr.Bytes()
 	}
-	var ee *ExitError
-	if errors.As(err, &ee) {
-		ee.Stderr = res.Stderr
-	}
-	return res, err
+	return res, nil
 }
 
 // Output runs args with the defaults and returns its stdout, like
-// exec.Command(...).Output.
+// exec.Command(...).Output: a process that did not exit with status 0 is
+// an *ExitError (with its Stderr), beside the output it wrote.
 func (c *Client) Output(ctx context.Context, args ...string) ([]byte, error) {
 	res, err := c.Run(ctx, Command(args...))
-	if res == nil {
+	if err != nil {
 		return nil, err
 	}
-	return res.Stdout, err
+	return res.Stdout, res.Err()
 }
 
 // Process is a process started in the guest.

@@ -26,66 +26,76 @@ import (
 	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
+// TestRunExitStatus: a process that ran is a result, whatever its exit
+// status: Run's error is nil, and the result says how it ended.
 func TestRunExitStatus(t *testing.T) {
 	c, _ := newTestClient(t, nil)
 	ctx := testContext(t)
 	tests := []struct {
-		script     string
-		code       int
-		signal     string
-		stdout     string
-		stderr     string
-		wantErrNil bool
+		script   string
+		code     int
+		signal   string
+		stdout   string
+		stderr   string
+		timeout  time.Duration
+		timedOut bool
 	}{
-		{script: "echo out; echo err >&2", code: 0, stdout: "out\n", stderr: "err\n", wantErrNil: true},
+		{script: "echo out; echo err >&2", code: 0, stdout: "out\n", stderr: "err\n"},
 		{script: "exit 3", code: 3},
 		{script: "exit 255", code: 255},
 		{script: "kill -TERM $$", code: 128 + int(syscall.SIGTERM), signal: "SIGTERM"},
 		{script: "kill -KILL $$", code: 137, signal: "SIGKILL"},
 		{script: "printf 'no newline'; exit 1", code: 1, stdout: "no newline"},
+		{script: "echo oops >&2; exit 2", code: 2, stderr: "oops\n"},
+		{script: "echo before; exec sleep 100", code: 137, signal: "SIGKILL", stdout: "before\n", timeout: 300 * time.Millisecond, timedOut: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.script, func(t *testing.T) {
-			res, err := c.Run(ctx, Command("sh", "-c", tt.script))
-			if res == nil {
-				t.Fatalf("Run: no result, err %v", err)
+			res, err := c.Run(ctx, Cmd{Args: []string{"sh", "-c", tt.script}, Timeout: tt.timeout})
+			if err != nil || res == nil {
+				t.Fatalf("Run = %+v, %v; want a result and no error", res, err)
 			}
-			if res.ExitCode != tt.code {
-				t.Errorf("ExitCode = %d, want %d", res.ExitCode, tt.code)
+			if res.ExitCode != tt.code || res.Signal != tt.signal || res.TimedOut != tt.timedOut {
+				t.Errorf("ended with code %d signal %q timed out %v, want %d %q %v", res.ExitCode, res.Signal, res.TimedOut, tt.code, tt.signal, tt.timedOut)
 			}
 			if string(res.Stdout) != tt.stdout || string(res.Stderr) != tt.stderr {
 				t.Errorf("stdout %q stderr %q, want %q %q", res.Stdout, res.Stderr, tt.stdout, tt.stderr)
 			}
-			if tt.wantErrNil {
-				if err != nil {
-					t.Fatalf("err = %v, want nil", err)
+			if res.Success() != (tt.code == 0) {
+				t.Errorf("Success() = %v for code %d", res.Success(), tt.code)
+			}
+			rerr := res.Err()
+			if tt.code == 0 {
+				if rerr != nil {
+					t.Errorf("Err() = %v, want nil", rerr)
 				}
 				return
 			}
 			var ee *ExitError
-			if !errors.As(err, &ee) {
-				t.Fatalf("err = %#v, want *ExitError", err)
+			if !errors.As(rerr, &ee) {
+				t.Fatalf("Err() = %#v, want *ExitError", rerr)
 			}
-			if ee.ExitCode() != tt.code || ee.Signal != tt.signal {
-				t.Errorf("ExitError code %d signal %q, want %d %q", ee.ExitCode(), ee.Signal, tt.code, tt.signal)
-			}
-			var se *StartError
-			if errors.As(err, &se) {
-				t.Errorf("an exited process reported as not started: %v", err)
+			if ee.ExitCode() != tt.code || ee.Signal != tt.signal || ee.TimedOut != tt.timedOut || string(ee.Stderr) != tt.stderr {
+				t.Errorf("ExitError %+v, want code %d signal %q timed out %v stderr %q", ee, tt.code, tt.signal, tt.timedOut, tt.stderr)
 			}
 		})
 	}
 }
 
-func TestExitErrorCarriesStderr(t *testing.T) {
+// TestOutputExitError: Output, like os/exec's, reports a failed command as
+// an *ExitError carrying its stderr.
+func TestOutputExitError(t *testing.T) {
 	c, _ := newTestClient(t, nil)
-	_, err := c.Run(testContext(t), Command("sh", "-c", "echo oops >&2; exit 2"))
+	out, err := c.Output(testContext(t), "sh", "-c", "echo partial; echo oops >&2; exit 2")
 	var ee *ExitError
-	if !errors.As(err, &ee) || string(ee.Stderr) != "oops\n" {
-		t.Fatalf("err = %v (stderr %q), want exit 2 with stderr oops", err, ee.Stderr)
+	if !errors.As(err, &ee) || ee.Code != 2 || string(ee.Stderr) != "oops\n" {
+		t.Fatalf("err = %v, want exit 2 with stderr oops", err)
 	}
 	if got := err.Error(); got != "exit status 2" {
 		t.Errorf("Error() = %q", got)
+	}
+	if string(out) != "partial\n" {
+		t.Errorf("output %q, want what it wrote before failing", out)
 	}
 }
 

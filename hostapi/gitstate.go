@@ -55,7 +55,7 @@ type GitProtection struct {
 	Mode GitProtectionMode `json:"mode,omitempty"`
 	// Paths are the protected paths: read-only, or pinned (Writable: a
 	// git directory the guest may write but not rename or remove).
-	Paths []vmm.Protect `json:"paths,omitempty"`
+	Paths []ProtectedPath `json:"paths,omitempty"`
 	// Changed lists, in GitFingerprint mode, the paths that differ from
 	// their fingerprint: what to review before accepting the changes.
 	Changed []string `json:"changed,omitempty"`
@@ -144,7 +144,10 @@ func (s *Sandbox) GitProtection() (*GitProtection, error) {
 	if err != nil || st == nil {
 		return &GitProtection{}, err
 	}
-	out := &GitProtection{Mode: st.Mode, Paths: st.Paths}
+	out := &GitProtection{Mode: st.Mode}
+	for _, p := range st.Paths {
+		out.Paths = append(out.Paths, ProtectedPath(p))
+	}
 	if st.Mode == GitFingerprint {
 		now, err := fingerprint(st.Paths)
 		if err != nil {

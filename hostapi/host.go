@@ -31,8 +31,7 @@ var ErrExists = errors.New("sandbox already exists")
 type Host struct {
 	dirs         Dirs
 	libkrun      string
-	progress     func(oci.Progress)
-	storeOpts    []oci.Option
+	progress     func(PullProgress)
 	startTimeout time.Duration
 	stopTimeout  time.Duration
 	log          *slog.Logger
@@ -62,14 +61,8 @@ func WithDirs(d Dirs) HostOption { return func(h *Host) { h.dirs = d } }
 func WithLibkrun(path string) HostOption { return func(h *Host) { h.libkrun = path } }
 
 // WithPullProgress receives the progress of image pulls done by Create.
-func WithPullProgress(fn func(oci.Progress)) HostOption {
+func WithPullProgress(fn func(PullProgress)) HostOption {
 	return func(h *Host) { h.progress = fn }
-}
-
-// WithImageStoreOptions configures the image cache (limits, registry
-// transport, credentials...).
-func WithImageStoreOptions(opts ...oci.Option) HostOption {
-	return func(h *Host) { h.storeOpts = append(h.storeOpts, opts...) }
 }
 
 // WithStartTimeout bounds how long Start waits for a VM's agent to answer
@@ -104,9 +97,9 @@ func NewHost(opts ...HostOption) (*Host, error) {
 // Dirs returns the host's directories.
 func (h *Host) Dirs() Dirs { return h.dirs }
 
-// Images returns the image cache, opened on first use.
-func (h *Host) Images() (*oci.Store, error) {
-	h.storeOnce.Do(func() { h.store, h.storeErr = oci.Open(h.dirs.Cache, h.storeOpts...) })
+// images returns the image cache, opened on first use.
+func (h *Host) images() (*oci.Store, error) {
+	h.storeOnce.Do(func() { h.store, h.storeErr = oci.Open(h.dirs.Cache) })
 	return h.store, h.storeErr
 }
 
@@ -117,7 +110,7 @@ func (h *Host) Images() (*oci.Store, error) {
 // agent exists: a program that does not embed one (one that imports
 // hostapi from the module cache) gets it built from the krunbox module's
 // source with the Go toolchain, here, at first use. It returns nil or a
-// *vmm.PreflightError whose Hint says what to do. It costs a process
+// *PreflightError whose Hint says what to do. It costs a process
 // start. Call it before Create to fail before an image is pulled; Start
 // calls it when a VM fails to boot, to say what the host lacks, and
 // before it pulls again an image the cache lost. A success is remembered
@@ -137,7 +130,7 @@ func (h *Host) Preflight(ctx context.Context) error {
 	}()
 	defer func() { <-overlay }() // no check left running behind the caller
 	if err := vmm.Preflight(ctx, h.libkrun, h.dirs.Cache); err != nil {
-		return err
+		return sdkError(err)
 	}
 	h.preflightOK = true
 	return nil
@@ -171,7 +164,7 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	}
 	// Held until the record is published: an rmi or prune meanwhile would
 	// see no sandbox using the image and delete it.
-	store, err := h.Images()
+	store, err := h.images()
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
@@ -228,7 +221,7 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 
 // pull resolves the sandbox's image to a cached, flattened tree.
 func (h *Host) pull(ctx context.Context, store *oci.Store, cfg Config) (*oci.Image, error) {
-	opts := []oci.PullOption{oci.WithPolicy(cfg.PullPolicy)}
+	opts := []oci.PullOption{oci.WithPolicy(oci.PullPolicy(cfg.PullPolicy))}
 	if cfg.Platform != "" {
 		p, err := v1.ParsePlatform(cfg.Platform)
 		if err != nil || p.OS == "" || p.Architecture == "" {
@@ -237,7 +230,7 @@ func (h *Host) pull(ctx context.Context, store *oci.Store, cfg Config) (*oci.Ima
 		opts = append(opts, oci.WithPlatform(*p))
 	}
 	if h.progress != nil {
-		opts = append(opts, oci.WithProgress(h.progress))
+		opts = append(opts, oci.WithProgress(func(p oci.Progress) { h.progress(pullProgress(p)) }))
 	}
 	img, err := store.Pull(ctx, cfg.Image, opts...)
 	if err != nil {
@@ -354,9 +347,10 @@ func (h *Host) List() ([]*Sandbox, error) {
 	return out, nil
 }
 
-// ImagesInUse reports which images the sandboxes use, for the image
-// cache's Remove and Prune: an image a sandbox was created from is kept.
-func (h *Host) ImagesInUse() (oci.InUse, error) {
+// ImagesInUse reports which images the sandboxes use, by manifest digest
+// ("sha256:..."), for the image cache's Remove and Prune: an image a
+// sandbox was created from is kept.
+func (h *Host) ImagesInUse() (func(digest string) bool, error) {
 	sbs, err := h.List()
 	if err != nil {
 		return nil, err
@@ -365,34 +359,5 @@ func (h *Host) ImagesInUse() (oci.InUse, error) {
 	for _, sb := range sbs {
 		used[sb.rec.Image.Digest] = true
 	}
-	return func(d v1.Hash) bool { return used[d.String()] }, nil
-}
-
-// The package-level functions use a Host on the default directories.
-
-// Create creates a sandbox with a Host on the default directories.
-func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
-	h, err := NewHost()
-	if err != nil {
-		return nil, err
-	}
-	return h.Create(ctx, cfg)
-}
-
-// Get returns a sandbox of the default directories.
-func Get(name string) (*Sandbox, error) {
-	h, err := NewHost()
-	if err != nil {
-		return nil, err
-	}
-	return h.Get(name)
-}
-
-// List lists the sandboxes of the default directories.
-func List() ([]*Sandbox, error) {
-	h, err := NewHost()
-	if err != nil {
-		return nil, err
-	}
-	return h.List()
+	return func(d string) bool { return used[d] }, nil
 }

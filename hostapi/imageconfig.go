@@ -20,7 +20,8 @@ import (
 // not an absolute path are dropped, each with a warning naming it; a User
 // that cannot name a user (control characters, a NUL) is an error, since
 // dropping it would run the image's commands as root.
-func checkImageConfig(ref string, c oci.ImageConfig, log *slog.Logger) (oci.ImageConfig, error) {
+func checkImageConfig(ref string, oc oci.ImageConfig, log *slog.Logger) (ImageConfig, error) {
+	c := ImageConfig(oc)
 	if strings.ContainsFunc(c.User, unicode.IsControl) {
 		return c, fmt.Errorf("image %s: its user %q holds control characters", ref, c.User)
 	}

@@ -18,24 +18,24 @@ import (
 func TestCheckImageConfig(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
-		in      oci.ImageConfig
-		want    oci.ImageConfig
+		in      ImageConfig
+		want    ImageConfig
 		warn    []string
 		wantErr string
 	}{
-		{name: "sane", in: oci.ImageConfig{Env: []string{"PATH=/bin", "EMPTY="}, User: "app:app", WorkingDir: "/src"},
-			want: oci.ImageConfig{Env: []string{"PATH=/bin", "EMPTY="}, User: "app:app", WorkingDir: "/src"}},
-		{name: "bad env entries", in: oci.ImageConfig{Env: []string{"NOEQ", "PATH=/bin", "=v", "A=b\x00c"}, User: "nobody"},
-			want: oci.ImageConfig{Env: []string{"PATH=/bin"}, User: "nobody"}, warn: []string{"NOEQ", `"=v"`, `A=b\x00c`}},
-		{name: "relative working directory", in: oci.ImageConfig{WorkingDir: "src"}, want: oci.ImageConfig{}, warn: []string{"workingDir=src"}},
-		{name: "user with a NUL", in: oci.ImageConfig{User: "app\x00"}, wantErr: "control characters"},
-		{name: "user with a newline", in: oci.ImageConfig{User: "app\nroot"}, wantErr: "control characters"},
+		{name: "sane", in: ImageConfig{Env: []string{"PATH=/bin", "EMPTY="}, User: "app:app", WorkingDir: "/src"},
+			want: ImageConfig{Env: []string{"PATH=/bin", "EMPTY="}, User: "app:app", WorkingDir: "/src"}},
+		{name: "bad env entries", in: ImageConfig{Env: []string{"NOEQ", "PATH=/bin", "=v", "A=b\x00c"}, User: "nobody"},
+			want: ImageConfig{Env: []string{"PATH=/bin"}, User: "nobody"}, warn: []string{"NOEQ", `"=v"`, `A=b\x00c`}},
+		{name: "relative working directory", in: ImageConfig{WorkingDir: "src"}, want: ImageConfig{}, warn: []string{"workingDir=src"}},
+		{name: "user with a NUL", in: ImageConfig{User: "app\x00"}, wantErr: "control characters"},
+		{name: "user with a newline", in: ImageConfig{User: "app\nroot"}, wantErr: "control characters"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs syncbuf.Buffer
 			in := tt.in
 			in.Env = append([]string(nil), tt.in.Env...)
-			got, err := checkImageConfig("img", in, slog.New(slog.NewTextHandler(&logs, nil)))
+			got, err := checkImageConfig("img", oci.ImageConfig(in), slog.New(slog.NewTextHandler(&logs, nil)))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "img") {
 					t.Fatalf("err %v, want one naming the image and saying %q", err, tt.wantErr)

@@ -18,7 +18,7 @@ import (
 // cachedTree returns the cached tree of the only image in h's cache.
 func cachedTree(t *testing.T, h *Host) string {
 	t.Helper()
-	store, err := h.Images()
+	store, err := h.images()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestRootWhereOverlaysFail(t *testing.T) {
 	if !errors.As(err, &oe) || !strings.Contains(err.Error(), "mount overlay") || !strings.Contains(oe.Hint(), "copy") {
 		t.Fatalf("an overlay asked for where none can be mounted: %v", err)
 	}
-	if store, _ := h.Images(); store != nil {
+	if store, _ := h.images(); store != nil {
 		if imgs, _ := store.List(ctx); len(imgs) != 0 {
 			t.Errorf("the image was pulled for a sandbox refused: %v", imgs)
 		}

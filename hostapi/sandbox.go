@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -59,9 +60,9 @@ type imageRef struct {
 	Name string `json:"name"`
 	// Digest is the manifest digest: the sandbox keeps using this image
 	// even if the tag moves.
-	Digest   string          `json:"digest"`
-	Platform string          `json:"platform"`
-	Config   oci.ImageConfig `json:"config"`
+	Digest   string      `json:"digest"`
+	Platform string      `json:"platform"`
+	Config   ImageConfig `json:"config"`
 }
 
 func writeRecord(dir string, rec *record) error {
@@ -122,9 +123,9 @@ type ImageInfo struct {
 	Ref  string `json:"ref"`
 	Name string `json:"name"`
 	// Digest is the image manifest's digest.
-	Digest   string          `json:"digest"`
-	Platform string          `json:"platform"`
-	Config   oci.ImageConfig `json:"config"`
+	Digest   string      `json:"digest"`
+	Platform string      `json:"platform"`
+	Config   ImageConfig `json:"config"`
 }
 
 // Image describes the sandbox's image.
@@ -139,9 +140,58 @@ func (s *Sandbox) SocketPath() string { return s.path(socketFile) }
 func (s *Sandbox) ConsolePath() string { return s.path(consoleFile) }
 
 // Client returns a client of the sandbox's guest agent, for exec and file
-// operations. The caller closes it.
+// operations. The caller closes it. A call made while the sandbox's VM
+// does not run fails with an error matching ErrNotRunning: a
+// *NotRunningError for a sandbox never started or stopped, a *DeadError
+// for one whose VM ended on its own (as CheckReady says), and, for a
+// sandbox removed meanwhile, one matching ErrNotFound too. A call whose VM
+// stops while it runs fails with ErrConnectionLost.
 func (s *Sandbox) Client(opts ...ClientOption) *Client {
-	return NewUnixClient(s.SocketPath(), opts...)
+	dial := UnixDialer(s.SocketPath())
+	return NewClient(func(ctx context.Context) (net.Conn, error) {
+		nc, err := dial(ctx)
+		if err != nil {
+			if nr := s.notRunning(); nr != nil {
+				return nil, nr
+			}
+		}
+		return nc, err
+	}, opts...)
+}
+
+// notRunning says why the sandbox's agent cannot be reached when its VM
+// does not run: a *NotRunningError, a *DeadError, or, for a sandbox
+// removed, an error matching both ErrNotFound and ErrNotRunning. It
+// returns nil while the VM runs (or its state cannot be read).
+func (s *Sandbox) notRunning() error {
+	if _, err := os.Lstat(s.path(recordFile)); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("sandbox %s: %w (%w)", s.name, ErrNotFound, ErrNotRunning)
+	}
+	vm := vmm.Open(s.dir)
+	st, err := vm.State()
+	if err != nil {
+		return nil
+	}
+	switch st {
+	case vmm.StateNone:
+		return &NotRunningError{Name: s.name, State: StateCreated}
+	case vmm.StateStopped:
+		if s.stoppedCleanly(vm) {
+			return &NotRunningError{Name: s.name, State: StateStopped}
+		}
+		return s.deathError(vm)
+	}
+	return nil
+}
+
+// stoppedCleanly reports whether a stopped VM was asked to stop, or ended
+// with status 0 (idle), rather than dying.
+func (s *Sandbox) stoppedCleanly(vm *vmm.VM) bool {
+	if _, err := os.Stat(s.path(stopFile)); err == nil {
+		return true
+	}
+	es, _ := vm.ExitStatus()
+	return es != nil && es.Code == 0 && es.Signal == ""
 }
 
 // lock takes the sandbox's lifecycle lock, waiting until ctx is done.
@@ -163,7 +213,7 @@ func (s *Sandbox) lock(ctx context.Context) (func(), error) {
 // guest may have changed them since): one that no longer passes, or has a
 // symlink on its way now, refuses the start with an error wrapping
 // ErrInvalidMount, and the sandbox stays as it was. A start that fails
-// says why: what this host lacks to run VMs at all (a *vmm.PreflightError:
+// says why: what this host lacks to run VMs at all (a *PreflightError:
 // no KVM, no libkrun), or the runner's exit status and log (with libkrun's
 // warnings and errors), the console's last lines, the mounts the guest
 // could not make. A VM whose agent does not answer within the start
@@ -209,7 +259,7 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	if _, err := vmm.Start(ctx, s.dir, spec); err != nil {
-		return fmt.Errorf("start %s: %w", s.name, s.diagnose(ctx, err))
+		return fmt.Errorf("start %s: %w", s.name, s.diagnose(ctx, sdkError(err)))
 	}
 	info, err := s.waitReady(ctx, vm)
 	if err == nil {
@@ -245,7 +295,7 @@ func (s *Sandbox) diagnose(ctx context.Context, err error) error {
 
 // hostError is a VM that could not boot on a host that lacks what VMs
 // need. It reads as the lack, with its fix (Hint), and wraps both that
-// error (a *vmm.PreflightError) and the boot's (a *vmm.StartError or a
+// error (a *PreflightError) and the boot's (a *RunnerError or a
 // *DeadError), for errors.As.
 type hostError struct {
 	lacks, boot error
@@ -363,7 +413,7 @@ func (e *NotReadyError) Hint() string {
 type DeadError struct {
 	Name string
 	// Exit is how the VM ended, when known.
-	Exit *vmm.ExitStatus
+	Exit *ExitStatus
 	// Log and Console are the last lines of the runner's log and of the
 	// VM's console.
 	Log, Console string
@@ -441,7 +491,7 @@ func (s *Sandbox) CheckReady(ctx context.Context) error {
 
 func (s *Sandbox) deathError(vm *vmm.VM) error {
 	es, _ := vm.ExitStatus()
-	return &DeadError{Name: s.name, Exit: es, Log: tail(s.RunnerLogPath(), 1024), Console: s.consoleTail()}
+	return &DeadError{Name: s.name, Exit: (*ExitStatus)(es), Log: tail(s.RunnerLogPath(), 1024), Console: s.consoleTail()}
 }
 
 func (s *Sandbox) consoleTail() string { return tail(s.ConsolePath(), 1024) }
@@ -479,12 +529,14 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 		Workdir:    "/",
 		Rlimits:    []vmm.Rlimit{{Resource: "nofile", Cur: 65536, Max: 1 << 20}},
 		Vsock:      []vmm.VsockPort{{Port: protocol.DefaultPort, HostPath: s.SocketPath(), Listen: true}},
-		Network:    cfg.Network,
+		Network:    vmm.Network(cfg.Network),
 		ConsoleLog: s.ConsolePath(),
 		LogLevel:   krun.LogWarn,
 		Library:    s.host.libkrun,
 	}
-	spec.PortMap = cfg.Ports
+	for _, p := range cfg.Ports {
+		spec.PortMap = append(spec.PortMap, vmm.PortMapping(p))
+	}
 	for i, m := range s.rec.Mounts {
 		tag := mountTag(i)
 		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
@@ -524,7 +576,7 @@ func (s *Sandbox) workdir() string {
 // imageTree returns the sandbox's image tree, finding it again by digest
 // (offline), or pulling the image again if the cache lost it.
 func (s *Sandbox) imageTree(ctx context.Context) (string, error) {
-	store, err := s.host.Images()
+	store, err := s.host.images()
 	if err != nil {
 		return "", err
 	}
@@ -541,7 +593,7 @@ func (s *Sandbox) imageTree(ctx context.Context) (string, error) {
 	if err := s.host.Preflight(ctx); err != nil {
 		return "", err
 	}
-	img, perr := s.host.pull(ctx, store, Config{Image: s.rec.Image.Ref, PullPolicy: oci.PullIfMissing, Platform: s.rec.Image.Platform})
+	img, perr := s.host.pull(ctx, store, Config{Image: s.rec.Image.Ref, PullPolicy: PullIfMissing, Platform: s.rec.Image.Platform})
 	if perr != nil {
 		return "", fmt.Errorf("the image of %s is no longer cached, and pulling it again failed: %w", s.name, perr)
 	}
@@ -742,8 +794,9 @@ func (s *Sandbox) Logs() (io.ReadCloser, error) {
 }
 
 // Wait waits until the sandbox's VM stops and returns how it ended.
-func (s *Sandbox) Wait(ctx context.Context) (*vmm.ExitStatus, error) {
-	return vmm.Open(s.dir).Wait(ctx)
+func (s *Sandbox) Wait(ctx context.Context) (*ExitStatus, error) {
+	es, err := vmm.Open(s.dir).Wait(ctx)
+	return (*ExitStatus)(es), err
 }
 
 // State is a sandbox's state.
@@ -772,7 +825,7 @@ type Status struct {
 	// Pid is the VM runner's pid, while it runs.
 	Pid int `json:"pid,omitempty"`
 	// Exit is how the VM last ended, when stopped or dead and known.
-	Exit *vmm.ExitStatus `json:"exit,omitempty"`
+	Exit *ExitStatus `json:"exit,omitempty"`
 	// Reason says why a sandbox is dead or unresponsive.
 	Reason string `json:"reason,omitempty"`
 	// Console is the end of the console log, for a dead sandbox.
@@ -780,7 +833,7 @@ type Status struct {
 	// Agent is the guest agent's hello, when running.
 	Agent *AgentInfo `json:"agent,omitempty"`
 	// Libkrun is the libkrun the running VM loaded, and why that copy.
-	Libkrun *vmm.LibkrunInfo `json:"libkrun,omitempty"`
+	Libkrun *LibkrunInfo `json:"libkrun,omitempty"`
 }
 
 // Status reports the sandbox's state. A running VM counts as running only
@@ -797,8 +850,8 @@ func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
 		return &Status{State: StateCreated}, nil
 	case vmm.StateStopped:
 		es, _ := vm.ExitStatus()
-		out := &Status{State: StateStopped, Exit: es}
-		if _, err := os.Stat(s.path(stopFile)); err == nil || (es != nil && es.Code == 0 && es.Signal == "") {
+		out := &Status{State: StateStopped, Exit: (*ExitStatus)(es)}
+		if s.stoppedCleanly(vm) {
 			return out, nil
 		}
 		out.State = StateDead
@@ -808,7 +861,7 @@ func (s *Sandbox) Status(ctx context.Context) (*Status, error) {
 	}
 	out := &Status{State: StateRunning}
 	if ri, err := vm.Runner(); err == nil {
-		out.Pid, out.Libkrun = ri.Pid, ri.Libkrun
+		out.Pid, out.Libkrun = ri.Pid, (*LibkrunInfo)(ri.Libkrun)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

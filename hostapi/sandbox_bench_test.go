@@ -30,7 +30,7 @@ func benchImages(b *testing.B, h *Host, small string) (big, bigRootfs string) {
 		b.Fatal(err)
 	}
 	big = testimage.Serve(b, img)
-	store, err := h.Images()
+	store, err := h.images()
 	if err != nil {
 		b.Fatal(err)
 	}

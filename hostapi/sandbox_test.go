@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/testutil/agenttest"
@@ -137,7 +138,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if out := run(t, other, "sh", "-c", "cat /root/x 2>/dev/null || echo absent"); out != "absent" {
 		t.Errorf("another sandbox sees /root/x: %q", out)
 	}
-	store, _ := h.Images()
+	store, _ := h.images()
 	imgs, _ := store.List(ctx)
 	if len(imgs) != 1 {
 		t.Fatalf("images: %v", imgs)
@@ -457,7 +458,7 @@ func TestPublishedPortsReachLibkrun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(spec.PortMap, ports) {
+	if len(spec.PortMap) != len(ports) || spec.PortMap[0] != vmm.PortMapping(ports[0]) || spec.PortMap[1] != vmm.PortMapping(ports[1]) {
 		t.Errorf("VM spec port map %v, want %v", spec.PortMap, ports)
 	}
 	data, err := os.ReadFile(dump)
@@ -482,13 +483,13 @@ func TestImagesInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, _ := h.Images()
+	store, _ := h.images()
 	imgs, _ := store.List(t.Context())
 	inUse, err := h.ImagesInUse()
-	if err != nil || !inUse(imgs[0].Digest) {
+	if err != nil || !inUse(imgs[0].Digest.String()) {
 		t.Fatalf("image of a sandbox not in use: %v", err)
 	}
-	if _, err := store.Prune(t.Context(), inUse); err != nil {
+	if _, err := store.Prune(t.Context(), func(d v1.Hash) bool { return inUse(d.String()) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := sb.Start(t.Context()); err != nil {
@@ -499,7 +500,7 @@ func TestImagesInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	inUse, _ = h.ImagesInUse()
-	if inUse(imgs[0].Digest) {
+	if inUse(imgs[0].Digest.String()) {
 		t.Error("image still in use after its sandbox was removed")
 	}
 }
@@ -589,8 +590,8 @@ func TestStartOnAHostWithoutLibkrun(t *testing.T) {
 	}
 	t.Cleanup(func() { sb.Remove(context.Background()) })
 	err = sb.Start(t.Context())
-	var pe *vmm.PreflightError
-	var se *vmm.StartError
+	var pe *PreflightError
+	var se *RunnerError
 	var h2 interface{ Hint() string }
 	if !errors.As(err, &pe) || !errors.As(err, &se) || !errors.As(err, &h2) {
 		t.Fatalf("start without libkrun: %v (%T); want it to wrap a PreflightError and the runner's StartError", err, err)

@@ -76,7 +76,7 @@ func openImageStoreInUse() (*oci.Store, *sandboxImages, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := h.Images()
+	store, err := openImageStore()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -97,7 +97,7 @@ type sandboxImages struct {
 // called. When they cannot be listed it keeps every image and sets err.
 func (si *sandboxImages) inUse() oci.InUse {
 	var once sync.Once
-	var used oci.InUse
+	var used func(digest string) bool
 	return func(d v1.Hash) bool {
 		once.Do(func() {
 			var err error
@@ -105,6 +105,6 @@ func (si *sandboxImages) inUse() oci.InUse {
 				si.err = fmt.Errorf("images kept, since the sandboxes that may use them cannot be listed: %w", err)
 			}
 		})
-		return used == nil || used(d)
+		return used == nil || used(d.String())
 	}
 }

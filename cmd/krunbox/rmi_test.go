@@ -25,7 +25,11 @@ func TestRmiKeepsImageOfSandboxCreatedMeanwhile(t *testing.T) {
 		t.Fatalf("images: %v, %v", imgs, err)
 	}
 	inUse := images.inUse()
-	sb, err := hostapi.Create(t.Context(), hostapi.Config{Image: ref})
+	host, err := hostapi.NewHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := host.Create(t.Context(), hostapi.Config{Image: ref})
 	if err != nil {
 		t.Fatal(err)
 	}

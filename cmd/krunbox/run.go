@@ -13,8 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/krunbox/krunbox/hostapi"
-	"github.com/krunbox/krunbox/hostapi/vmm"
-	"github.com/krunbox/krunbox/oci"
 )
 
 // adhocIdleTimeout stops an ad-hoc VM left behind by a krunbox that was
@@ -161,7 +159,7 @@ func runInSandbox(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, argv
 
 // imageCommand is what run runs: the image's entrypoint followed by args,
 // or by the image's command when args is empty.
-func imageCommand(ic oci.ImageConfig, args []string) []string {
+func imageCommand(ic hostapi.ImageConfig, args []string) []string {
 	if len(args) == 0 {
 		args = ic.Cmd
 	}
@@ -189,7 +187,7 @@ func vmDidNotStart(err error) bool {
 	var (
 		de *hostapi.DeadError
 		nr *hostapi.NotReadyError
-		pe *vmm.PreflightError
+		pe *hostapi.PreflightError
 	)
 	return (errors.As(err, &de) || errors.As(err, &nr)) && !errors.As(err, &pe)
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/krunbox/krunbox/hostapi"
-	"github.com/krunbox/krunbox/oci"
 )
 
 func TestSplitImageCommand(t *testing.T) {
@@ -37,14 +36,14 @@ func TestSplitImageCommand(t *testing.T) {
 }
 
 func TestImageCommand(t *testing.T) {
-	ic := oci.ImageConfig{Entrypoint: []string{"/entry", "-x"}, Cmd: []string{"default"}}
+	ic := hostapi.ImageConfig{Entrypoint: []string{"/entry", "-x"}, Cmd: []string{"default"}}
 	if got := imageCommand(ic, nil); !slices.Equal(got, []string{"/entry", "-x", "default"}) {
 		t.Errorf("no command: %q", got)
 	}
 	if got := imageCommand(ic, []string{"mine"}); !slices.Equal(got, []string{"/entry", "-x", "mine"}) {
 		t.Errorf("a command replaces the image's, after its entrypoint: %q", got)
 	}
-	if got := imageCommand(oci.ImageConfig{}, nil); len(got) != 0 {
+	if got := imageCommand(hostapi.ImageConfig{}, nil); len(got) != 0 {
 		t.Errorf("nothing to run: %q", got)
 	}
 }

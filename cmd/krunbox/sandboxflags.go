@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/cobra"
 
 	"github.com/krunbox/krunbox/hostapi"
@@ -43,10 +44,18 @@ func lifecycleConfig(s *streams) *userconfig.Config {
 // newHost returns a Host on the default directories, with the start and
 // stop timeouts of the configuration, printing pull progress on s.errOut.
 func newHost(s *streams, uc *userconfig.Config) (*hostapi.Host, error) {
+	pp := newProgressPrinter(s.errOut)
 	return hostapi.NewHost(
 		hostapi.WithStartTimeout(uc.StartTimeout),
 		hostapi.WithStopTimeout(uc.StopTimeout),
-		hostapi.WithPullProgress(newProgressPrinter(s.errOut).print))
+		hostapi.WithPullProgress(func(p hostapi.PullProgress) { pp.print(ociProgress(p)) }))
+}
+
+// ociProgress is an SDK pull's progress as package oci reports it, for
+// progressPrinter, which prints the pulls of both.
+func ociProgress(p hostapi.PullProgress) oci.Progress {
+	layer, _ := v1.NewHash(p.Layer)
+	return oci.Progress{Image: p.Image, Layer: layer, Index: p.Index, Count: p.Count, Size: p.Size, Done: p.Done, State: oci.ProgressState(p.State)}
 }
 
 // sandboxFlags are the flags of the commands that make a sandbox (create,
@@ -119,7 +128,7 @@ func (f *sandboxFlags) config(cmd *cobra.Command, uc *userconfig.Config, image s
 	cfg := hostapi.Config{
 		Name:        f.name,
 		Image:       image,
-		PullPolicy:  oci.PullPolicy(uc.PullPolicy),
+		PullPolicy:  hostapi.PullPolicy(uc.PullPolicy),
 		Platform:    uc.Platform,
 		CPUs:        uc.CPUs,
 		MemoryMiB:   uc.MemoryMiB,

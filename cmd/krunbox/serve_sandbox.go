@@ -17,7 +17,6 @@ import (
 	refname "github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/krunbox/krunbox/hostapi"
-	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/krun"
 	"github.com/krunbox/krunbox/oci"
 )
@@ -151,11 +150,11 @@ func parseEnsure(raw json.RawMessage) (*ensureRequest, error) {
 	}
 	switch c.Pull {
 	case "", "missing":
-		cfg.PullPolicy = oci.PullIfMissing
+		cfg.PullPolicy = hostapi.PullIfMissing
 	case "always":
-		cfg.PullPolicy = oci.PullAlways
+		cfg.PullPolicy = hostapi.PullAlways
 	case "never":
-		cfg.PullPolicy = oci.PullNever
+		cfg.PullPolicy = hostapi.PullNever
 	default:
 		return nil, invalid("config.pull %q: want missing, always or never", c.Pull)
 	}
@@ -346,19 +345,19 @@ func (s *server) create(ctx context.Context, host *hostapi.Host, cfg hostapi.Con
 func (s *server) startHost(_ context.Context, name string, timeout time.Duration) (*hostapi.Host, error) {
 	var mu sync.Mutex
 	var last time.Time
-	progress := func(p oci.Progress) {
+	progress := func(p hostapi.PullProgress) {
 		phase, msg := "pull", fmt.Sprintf("pulling %s: layer %d of %d %s", p.Image, p.Index+1, p.Count, p.State)
 		switch p.State {
-		case oci.LayerFetching:
+		case hostapi.LayerDownloading:
 			if p.Size > 0 {
 				msg += fmt.Sprintf(" %.1f of %.1f MB", float64(p.Done)/1e6, float64(p.Size)/1e6)
 			}
-		case oci.LayerApplying, oci.LayerApplied:
+		case hostapi.LayerExtracting, hostapi.LayerExtracted:
 			phase = "unpack"
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if p.State == oci.LayerFetching && time.Since(last) < 250*time.Millisecond {
+		if p.State == hostapi.LayerDownloading && time.Since(last) < 250*time.Millisecond {
 			return
 		}
 		last = time.Now()
@@ -428,7 +427,7 @@ func (s *server) startError(ctx context.Context, name string, err error) error {
 	case errors.As(err, &notReady):
 		console = notReady.Console
 	}
-	var runner *vmm.StartError
+	var runner *hostapi.RunnerError
 	if errors.As(err, &runner) {
 		// The runner gave up before the VM booted: this machine lacks
 		// something.

@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -38,31 +37,13 @@ func main() {
 }
 
 func run(ctx context.Context, image string, args []string) (int, error) {
-	host, err := hostapi.NewHost()
+	// Checks the host (no KVM, no libkrun: an error with a Hint), pulls,
+	// boots, runs, and removes the VM whatever happens. An error means
+	// the command never ran (not found...) or the VM failed; a command
+	// that ran and failed is a result, with its exit code.
+	res, err := hostapi.Run(ctx, image, hostapi.Command(args...))
 	if err != nil {
 		return 0, err
-	}
-	// Fail before pulling anything on a host that cannot start VMs.
-	if err := host.Preflight(ctx); err != nil {
-		return 0, err
-	}
-	sb, err := host.Create(ctx, hostapi.Config{Image: image})
-	if err != nil {
-		return 0, err
-	}
-	defer sb.Remove(context.WithoutCancel(ctx))
-	if err := sb.Start(ctx); err != nil {
-		return 0, err
-	}
-	c := sb.Client()
-	defer c.Close()
-	res, err := c.Run(ctx, hostapi.Command(args...))
-	var exit *hostapi.ExitError
-	switch {
-	case errors.As(err, &exit):
-		// It ran and failed: its output and exit code are the answer.
-	case err != nil:
-		return 0, err // it never ran (not found...) or the VM failed
 	}
 	os.Stdout.Write(res.Stdout)
 	os.Stderr.Write(res.Stderr)

@@ -57,7 +57,10 @@ func serve(ctx context.Context, name string) error {
 		case "read":
 			_, err = c.ReadFile(ctx, arg)
 		case "run":
-			_, err = c.Run(ctx, hostapi.Command(strings.Fields(arg)...))
+			var res *hostapi.RunResult
+			if res, err = c.Run(ctx, hostapi.Command(strings.Fields(arg)...)); err == nil {
+				err = res.Err()
+			}
 		default:
 			err = errors.New("unknown request " + op)
 		}
