@@ -2,10 +2,12 @@ package oci
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +19,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 // Prefixes of offline image sources.
@@ -25,15 +29,23 @@ const (
 	LayoutPrefix = "oci:"
 	// ArchivePrefix names a "docker save" tarball: docker-archive:PATH[:REF].
 	ArchivePrefix = "docker-archive:"
+	// DockerTransport is the transport prefix skopeo and podman write before
+	// a registry reference (docker://alpine); it means the registry, as a
+	// reference without it does.
+	DockerTransport = "docker://"
+	// DefaultLayoutTag is the tag an untagged oci:PATH names when the layout
+	// has an image so tagged, as alpine means alpine:latest.
+	DefaultLayoutTag = "latest"
 )
 
 // ReferenceHelp documents the reference syntax for users.
 const ReferenceHelp = `Image references:
   alpine, alpine:3.20, ghcr.io/owner/image@sha256:...  a registry (Docker Hub by default)
   127.0.0.1:5000/image:tag                              plain HTTP, for localhost/127.0.0.1/[::1] only
-  oci:PATH[:TAG]                                        an OCI image layout directory
+  docker://alpine                                       the same as alpine (skopeo's and podman's spelling)
+  oci:PATH[:TAG]                                        an OCI image layout directory (TAG: latest if it has it)
   docker-archive:PATH[:REF]                             a "docker save" tarball
-PATH may not contain ':'.`
+PATH may not contain ':'. A local path needs its prefix: oci:./build/testimage.`
 
 type sourceKind int
 
@@ -61,6 +73,10 @@ func parseSource(s string) (source, error) {
 		if err != nil {
 			return source{}, err
 		}
+		if tag == "" && layoutHasTag(abs, DefaultLayoutTag) {
+			// One name, and one cache entry, for oci:DIR and oci:DIR:latest.
+			tag = DefaultLayoutTag
+		}
 		n := LayoutPrefix + abs
 		if tag != "" {
 			n += ":" + tag
@@ -82,7 +98,10 @@ func parseSource(s string) (source, error) {
 		}
 		return src, nil
 	default:
-		ref, err := name.ParseReference(s)
+		if err := checkNotLocalPath(s); err != nil {
+			return source{}, err
+		}
+		ref, err := name.ParseReference(strings.TrimPrefix(s, DockerTransport))
 		if err != nil {
 			return source{}, &ReferenceError{Ref: s, Err: err}
 		}
@@ -90,10 +109,73 @@ func parseSource(s string) (source, error) {
 	}
 }
 
+// layoutHasTag reports whether the OCI layout in dir has an image or index
+// tagged tag in its index.json (read bounded, without following a symlink
+// in its place). A layout it cannot read has none: reading the image
+// reports why.
+func layoutHasTag(dir, tag string) bool {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return false
+	}
+	defer root.Close()
+	b, err := confine.ReadFile(root, "index.json", confine.DefaultMaxRead)
+	if err != nil {
+		return false
+	}
+	var m v1.IndexManifest
+	if json.Unmarshal(b, &m) != nil {
+		return false
+	}
+	return slices.ContainsFunc(m.Manifests, func(d v1.Descriptor) bool {
+		return d.Annotations[refNameAnnotation] == tag
+	})
+}
+
+// refNameAnnotation tags an image in an OCI layout's index.json.
+const refNameAnnotation = "org.opencontainers.image.ref.name"
+
+// checkNotLocalPath refuses a reference without a prefix that is a path on
+// this host: one that starts like a path ("/", "./", "../", "~"), or names
+// an OCI layout directory or a tarball that is there. Without the check,
+// ./build/testimage would be looked for on Docker Hub.
+func checkNotLocalPath(s string) error {
+	pathLike := s == "." || s == ".." || s == "~" || strings.HasPrefix(s, "/") ||
+		strings.HasPrefix(s, "./") || strings.HasPrefix(s, "../") || strings.HasPrefix(s, "~/")
+	layout, archive := false, false
+	if fi, err := os.Stat(s); err == nil {
+		if fi.IsDir() {
+			_, err := os.Stat(filepath.Join(s, "oci-layout"))
+			layout = err == nil
+		} else if fi.Mode().IsRegular() {
+			archive = strings.HasSuffix(s, ".tar") || strings.HasSuffix(s, ".tar.gz") || strings.HasSuffix(s, ".tgz")
+		}
+	}
+	if !pathLike && !layout && !archive {
+		return nil
+	}
+	e := &ReferenceError{Ref: s, Err: errors.New("a local path is not an image reference")}
+	switch {
+	case archive:
+		e.hint = "for the \"docker save\" tarball there, write " + ArchivePrefix + s
+	case layout || !strings.HasPrefix(s, "~"):
+		e.hint = "for an OCI image layout directory, write " + LayoutPrefix + s +
+			" (and " + ArchivePrefix + "FILE for a \"docker save\" tarball)"
+	default:
+		e.hint = "the shell did not expand ~ here: write " + LayoutPrefix + "$HOME/... for an OCI image layout directory"
+	}
+	if !pathLike {
+		e.hint += "; for the registry image of that name, write docker.io/" + s
+	}
+	return e
+}
+
 // ReferenceError reports an image reference that cannot be parsed.
 type ReferenceError struct {
 	Ref string
 	Err error
+	// hint replaces the general one for a mistake known more precisely.
+	hint string
 }
 
 func (e *ReferenceError) Error() string {
@@ -105,6 +187,9 @@ func (e *ReferenceError) Unwrap() error { return e.Err }
 
 // Hint shows valid references.
 func (e *ReferenceError) Hint() string {
+	if e.hint != "" {
+		return e.hint
+	}
 	return "references look like alpine, alpine:3.20, ghcr.io/owner/image@sha256:<digest>, 127.0.0.1:5000/image:tag, " +
 		"oci:DIR[:TAG] or docker-archive:FILE[:REF] (see 'krunbox pull --help')"
 }
@@ -165,7 +250,7 @@ func (s *Store) fetch(ctx context.Context, src source, platform v1.Platform) (*f
 			}
 			var tags []string
 			for _, d := range m.Manifests {
-				t := d.Annotations["org.opencontainers.image.ref.name"]
+				t := d.Annotations[refNameAnnotation]
 				if t != src.tag {
 					if t != "" {
 						tags = append(tags, t)
