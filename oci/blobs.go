@@ -33,10 +33,13 @@ type blobFetch struct {
 	err    error
 	cached bool // it was in the cache already
 	ended  chan struct{}
+	// announced is closed once the fetch has reported its first state,
+	// or has ended without one.
+	announced chan struct{}
 }
 
 func newBlobFetch(desc v1.Descriptor) *blobFetch {
-	b := &blobFetch{desc: desc, ended: make(chan struct{})}
+	b := &blobFetch{desc: desc, ended: make(chan struct{}), announced: make(chan struct{})}
 	b.cond = sync.NewCond(&b.mu)
 	return b
 }
@@ -44,7 +47,13 @@ func newBlobFetch(desc v1.Descriptor) *blobFetch {
 // run fetches the blob and reports progress; it ends when ctx is done.
 func (b *blobFetch) run(ctx context.Context, s *Store, sp layerSpec, report func(ProgressState, int64)) {
 	defer close(b.ended)
-	err := b.fetch(ctx, s, sp, report)
+	var once sync.Once
+	announce := func() { once.Do(func() { close(b.announced) }) }
+	defer announce()
+	err := b.fetch(ctx, s, sp, func(state ProgressState, done int64) {
+		report(state, done)
+		announce()
+	})
 	b.mu.Lock()
 	b.done, b.err = true, err
 	b.cond.Broadcast()

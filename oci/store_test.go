@@ -503,6 +503,81 @@ func TestPullOfflineSources(t *testing.T) {
 	}
 }
 
+// TestPullProgressOrder checks what a pull says of each layer, in order:
+// where its bytes come from first (downloading from a registry, copying
+// from a local layout, cached), extracting only after that.
+func TestPullProgressOrder(t *testing.T) {
+	img := rulesImage(t, "")
+	ref := testimage.Serve(t, img)
+	layoutRef := "oci:" + testimage.WriteLayout(t, filepath.Join(t.TempDir(), "layout"), "v1", img) + ":v1"
+	tests := []struct {
+		name  string
+		ref   string
+		again bool     // pull, then export: every layer is cached
+		want  []string // each layer's labels, in order
+	}{
+		{"registry", ref, false, []string{"downloading", "extracting", "downloaded", "extracted"}},
+		{"layout", layoutRef, false, []string{"copying", "extracting", "copied", "extracted"}},
+		{"cached", ref, true, []string{"cached", "extracting", "extracted"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// One fetch at a time: the first layer's fetch waits behind the
+			// others', so applying it does not begin as soon as it is fetched.
+			s := openStore(t, oci.WithJobs(1))
+			if tt.again {
+				if _, err := s.Pull(t.Context(), tt.ref); err != nil {
+					t.Fatal(err)
+				}
+			}
+			labels := map[int][]string{}
+			progress := oci.WithProgress(func(p oci.Progress) {
+				if p.State == oci.LayerFetching && p.Done > 0 {
+					return // the same label again
+				}
+				labels[p.Index] = append(labels[p.Index], p.Label())
+			})
+			if tt.again { // an export flattens the cached blobs again
+				dir := filepath.Join(t.TempDir(), "export")
+				if _, err := s.Export(t.Context(), tt.ref, dir, progress); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := s.Pull(t.Context(), tt.ref, progress); err != nil {
+				t.Fatal(err)
+			}
+			if len(labels) != 3 {
+				t.Fatalf("progress for %d layers, want 3: %v", len(labels), labels)
+			}
+			for i, got := range labels {
+				// A layer's download may end before or after its extraction
+				// starts; what it says first and last may not vary.
+				if got[0] != tt.want[0] || got[len(got)-1] != "extracted" || !sameSet(got, tt.want) {
+					t.Errorf("layer %d: %q, want %q (or with the middle two swapped)", i+1, got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, s := range a {
+		seen[s]++
+	}
+	for _, s := range b {
+		seen[s]--
+	}
+	for _, n := range seen {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func TestListRemovePrune(t *testing.T) {
 	ctx := t.Context()
 	reg := testimage.NewRegistry(t, nil)
