@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -375,14 +376,19 @@ func pickFromIndex(idx v1.ImageIndex, platform v1.Platform, ref string) (*fetche
 			continue
 		case !d.MediaType.IsImage():
 			continue // attestations, signatures...
-		case d.Platform == nil:
-			// An untagged single image: check its config.
+		case d.Platform == nil || d.Platform.OS == "" || d.Platform.Architecture == "":
+			// An image the index does not say the whole platform of: check
+			// its config.
 			img, err := idx.Image(d.Digest)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", ref, err)
 			}
-			if f, err := checkPlatform(img, d.Digest, platform, ref, false); err == nil {
+			f, err := checkPlatform(img, d.Digest, platform, ref, false)
+			if err == nil {
 				return f, nil
+			}
+			if pe := (*PlatformError)(nil); errors.As(err, &pe) {
+				have = append(have, pe.Have...)
 			}
 			continue
 		}
@@ -401,20 +407,37 @@ func pickFromIndex(idx v1.ImageIndex, platform v1.Platform, ref string) (*fetche
 	return nil, &PlatformError{Ref: ref, Want: platform.String(), Have: have}
 }
 
-// checkPlatform accepts a single-platform image whose config matches.
+// checkPlatform accepts a single-platform image whose config matches
+// platform. A field the config leaves out (no architecture, as crane append
+// and some builders write, or no OS) does not contradict platform, as
+// docker and podman see it: the image is taken as platform's; only a field
+// that says otherwise (arm64 for amd64) refuses it.
 func checkPlatform(img v1.Image, digest v1.Hash, platform v1.Platform, ref string, remote bool) (*fetched, error) {
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("%s: read image config: %w", ref, err)
 	}
 	got := v1.Platform{OS: cf.OS, Architecture: cf.Architecture, Variant: cf.Variant}
-	if got.OS == "" {
-		got.OS = "linux"
+	agree := func(have, want string) bool { return have == "" || want == "" || have == want }
+	if !agree(got.OS, platform.OS) || !agree(got.Architecture, platform.Architecture) || !agree(got.Variant, platform.Variant) {
+		return nil, &PlatformError{Ref: ref, Want: platform.String(), Have: []string{describePlatform(got)}}
 	}
-	if !got.Satisfies(platform) {
-		return nil, &PlatformError{Ref: ref, Want: platform.String(), Have: []string{got.String()}}
-	}
+	got.OS = cmp.Or(got.OS, platform.OS)
+	got.Architecture = cmp.Or(got.Architecture, platform.Architecture)
+	got.Variant = cmp.Or(got.Variant, platform.Variant)
 	return &fetched{img: img, digest: digest, platform: got, remote: remote}, nil
+}
+
+// describePlatform names an image's platform, saying which parts of it
+// its config leaves out.
+func describePlatform(p v1.Platform) string {
+	if p.OS == "" {
+		p.OS = "(no os)"
+	}
+	if p.Architecture == "" {
+		p.Architecture = "(no architecture)"
+	}
+	return p.String()
 }
 
 // PlatformError reports an image that has no variant for the platform

@@ -480,6 +480,73 @@ func TestPullPlatforms(t *testing.T) {
 	}
 }
 
+// TestPullImageWithoutPlatform pulls single-platform images whose config
+// leaves out the architecture (crane append writes that) or the OS: what
+// is there does not contradict the host, so they are the host's; only a
+// field that says another platform refuses the image, naming both.
+func TestPullImageWithoutPlatform(t *testing.T) {
+	host := testimage.HostPlatform()
+	other := "arm64"
+	if host.Architecture == "arm64" {
+		other = "amd64"
+	}
+	// withConfig is the small image with its config's platform fields set.
+	withConfig := func(os, arch, variant string) v1.Image {
+		img := testimage.Image(t, "", testimage.Config{}, testimage.Layer(t, testimage.File("f", "x", 0o644)))
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf = cf.DeepCopy()
+		cf.OS, cf.Architecture, cf.Variant = os, arch, variant
+		img, err = mutate.ConfigFile(img, cf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	tests := []struct {
+		name    string
+		img     v1.Image
+		refused string // "" when it is accepted as the host's; else what the error says the image has
+	}{
+		{"no architecture", withConfig("linux", "", ""), ""},
+		{"no os", withConfig("", host.Architecture, ""), ""},
+		{"neither", withConfig("", "", ""), ""},
+		{"the host's", withConfig("linux", host.Architecture, ""), ""},
+		{"another architecture", withConfig("linux", other, ""), "linux/" + other},
+		{"another os", withConfig("windows", "", ""), "windows/(no architecture)"},
+		{"another architecture, no os", withConfig("", other, ""), "(no os)/" + other},
+	}
+	reg := testimage.NewRegistry(t, nil)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "layout")
+			refs := map[string]string{
+				"registry": reg.Push(t, "noplatform", strconv.Itoa(i), tt.img),
+				"layout":   "oci:" + testimage.WriteLayout(t, dir, "v1", tt.img),
+			}
+			for kind, ref := range refs {
+				got, err := openStore(t).Pull(t.Context(), ref)
+				if tt.refused == "" {
+					if err != nil {
+						t.Fatalf("%s: %v", kind, err)
+					}
+					if !got.Platform.Equals(host) {
+						t.Errorf("%s: recorded as %s, want the host's %s", kind, got.Platform.String(), host.String())
+					}
+					continue
+				}
+				var pe *oci.PlatformError
+				want := "has no image for " + host.String() + " (it has: " + tt.refused + ")"
+				if !errors.As(err, &pe) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %v; want a PlatformError saying %q", kind, err, want)
+				}
+			}
+		})
+	}
+}
+
 func TestPullOfflineSources(t *testing.T) {
 	img := rulesImage(t, "")
 	dir := t.TempDir()
