@@ -25,7 +25,7 @@ TEST_IMAGE := $(BUILD)/testimage
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox testkrun testimage test deps check-build release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox testkrun testimage test deps check-build release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -199,13 +199,26 @@ bench-pi: build testkrun $(TEST_IMAGE)/index.json
 bench-vm: testkrun
 	$(TEST_ENV) $(GO) test -run '^$$' -bench StartToFirstByte -benchtime 50x -count 3 ./hostapi/vmm
 
-## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD)); without KVM it says what is missing
-run: build
-	$(BUILD)/krunbox run --rm $(RUN_IMAGE) -- $(RUN_CMD)
+# make run and make run-busybox exit with krunbox's exit code, as krunbox run does (125:
+# this host cannot start VMs), not with make's 2: see hack/makeexit/makeexit.mk.
+MAKEEXIT_SO    := $(BUILD)/makeexit.so
+MAKEEXIT_GOALS := run run-busybox
+RUN_STATUS     := $(BUILD)/run.status
+include hack/makeexit/makeexit.mk
+
+## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD)); without KVM it says what is missing, exit code 125
+run: run-job
+	$(call exit-with,$(RUN_STATUS))
 
 ## run-busybox: the main job on a busybox image built here (busybox-static), no registry needed
-run-busybox: build $(TEST_IMAGE)/index.json
-	$(BUILD)/krunbox run --rm oci:$(TEST_IMAGE):latest -- $(RUN_CMD)
+run-busybox: run-busybox-job
+	$(call exit-with,$(RUN_STATUS))
+
+run-job: build
+	@rm -f $(RUN_STATUS); $(BUILD)/krunbox run --rm $(RUN_IMAGE) -- $(RUN_CMD); echo $$? >$(RUN_STATUS)
+
+run-busybox-job: build $(TEST_IMAGE)/index.json
+	@rm -f $(RUN_STATUS); $(BUILD)/krunbox run --rm oci:$(TEST_IMAGE):latest -- $(RUN_CMD); echo $$? >$(RUN_STATUS)
 
 ## testimage: the busybox test image (Debian's busybox-static) as an OCI layout in build/testimage
 testimage: $(TEST_IMAGE)/index.json

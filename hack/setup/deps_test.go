@@ -1,5 +1,6 @@
-// Package setup tests hack/setup/deps.sh, the checks and installs that make
-// test (make deps) and make build (check-build) run first.
+// Package setup tests what make runs around the build: hack/setup/deps.sh,
+// the checks and installs that make test (make deps) and make build
+// (check-build) run first, and hack/makeexit, make run's exit code.
 package setup
 
 import (
