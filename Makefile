@@ -25,7 +25,7 @@ TEST_IMAGE := $(BUILD)/testimage
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox testkrun testimage test deps check-build release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox testkrun testimage test deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -65,11 +65,15 @@ $(TESTKRUN): $(wildcard hack/testkrun/*.c hack/testkrun/*.h)
 
 ## test: every test: lint, Go unit and end-to-end tests, cross builds, pi extension, real VMs (make deps first)
 test: deps
-	@$(MAKE) --no-print-directory lint unit cross pi-test realvm-tier release-artifacts
+	@$(MAKE) --no-print-directory lint unit cross quickstart pi-test realvm-tier release-artifacts
 
 ## deps: check the toolchains, install the Debian packages the tests need (as root; else it says how) and pi's npm packages
 deps:
 	@GO=$(GO) CC=$(CC) hack/setup/deps.sh test
+
+## quickstart: README's quick start, run as written there, and make run's exit code (hack/setup/quickstart.sh)
+quickstart:
+	hack/setup/quickstart.sh
 
 # check-build checks the toolchains a build needs (Go, a C compiler, git), before the
 # first go command: Debian 12's Go 1.19 would fail on go.mod, less clearly.

@@ -10,9 +10,9 @@ import (
 )
 
 // TestExitWith tests hack/makeexit (make run's exit code): it runs a
-// makefile like the repository's (a goal whose job
-// writes its command's status, then $(call exit-with,...)) and checks
-// make's own exit status.
+// makefile like the repository's (a goal whose job writes its command's
+// status, then $(call exit-with,...)) and checks make's own exit status.
+// hack/setup/quickstart.sh checks make run itself.
 func TestExitWith(t *testing.T) {
 	for _, tool := range []string{"make", "cc"} {
 		if _, err := exec.LookPath(tool); err != nil {
