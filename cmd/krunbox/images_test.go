@@ -110,6 +110,8 @@ func TestPullErrors(t *testing.T) {
 		{"export, negative max-size", []string{"export", "--max-size", "-5", ref, t.TempDir()}, "--max-size -5", ""},
 		{"bad reference", []string{"pull", "UPPER/case"}, `invalid image reference "UPPER/case"`, "references look like alpine, alpine:3.20,"},
 		{"rmi, bad reference", []string{"rmi", "a b"}, `invalid image reference "a b"`, "references look like"},
+		{"a local path", []string{"pull", "./build/testimage"}, `invalid image reference "./build/testimage": a local path is not an image reference`, "write oci:./build/testimage"},
+		{"docker transport, bad reference", []string{"pull", "docker://UPPER/case"}, `invalid image reference "docker://UPPER/case"`, "references look like"},
 		{"no OCI layout", []string{"pull", "oci:/nonexistent"}, "read OCI layout /nonexistent", "OCI image layout directory"},
 		{"not a docker archive", []string{"pull", "docker-archive:" + notTar}, "read docker archive " + notTar, "'docker save -o FILE IMAGE'"},
 		{"registry down", []string{"pull", closedPort(t) + "/img"}, "connection refused", "check the registry name"},
@@ -182,6 +184,21 @@ func TestPullLayoutTwoSpellingsOneImage(t *testing.T) {
 	code, out, _ = runCLI(t, "images")
 	if code != 0 || strings.Contains(out, "<none>") {
 		t.Errorf("images: code %d, %q; want no <none> tag", code, out)
+	}
+}
+
+func TestPullDockerTransport(t *testing.T) {
+	ref := imageCLIEnv(t)
+	for _, r := range []string{"docker://" + ref, ref} {
+		code, out, errOut := runCLI(t, "pull", r)
+		if code != 0 || !strings.HasPrefix(out, ref+" (") {
+			t.Fatalf("pull %s: code %d, stdout %q, stderr %q; want it named %s", r, code, out, errOut, ref)
+		}
+	}
+	code, out, _ := runCLI(t, "images", "--json")
+	var imgs []imageJSON
+	if code != 0 || json.Unmarshal([]byte(out), &imgs) != nil || len(imgs) != 1 || imgs[0].Name != ref {
+		t.Errorf("images --json after pulling docker://%s and %s: code %d, %s; want one image named %s", ref, ref, code, out, ref)
 	}
 }
 
