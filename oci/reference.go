@@ -159,11 +159,11 @@ func checkNotLocalPath(s string) error {
 	switch {
 	case archive:
 		e.hint = "for the \"docker save\" tarball there, write " + ArchivePrefix + s
-	case layout || !strings.HasPrefix(s, "~"):
+	case strings.HasPrefix(s, "~"):
+		e.hint = "the shell did not expand ~ here: write " + LayoutPrefix + "$HOME/... for an OCI image layout directory"
+	default:
 		e.hint = "for an OCI image layout directory, write " + LayoutPrefix + s +
 			" (and " + ArchivePrefix + "FILE for a \"docker save\" tarball)"
-	default:
-		e.hint = "the shell did not expand ~ here: write " + LayoutPrefix + "$HOME/... for an OCI image layout directory"
 	}
 	if !pathLike {
 		e.hint += "; for the registry image of that name, write docker.io/" + s
