@@ -215,14 +215,22 @@ func decompress(ctx context.Context, s *Store, b *blobFetch, sp layerSpec, pipe 
 			err = b.err
 		}
 	}
-	if err != nil && b.isCached() && !errors.Is(err, context.Canceled) && !s.blobIntact(sp.desc) {
-		// The cached copy is damaged: drop it so that the next pull
-		// fetches it again. An intact one stays: its content is what
-		// the image's source has, and fetching it again cannot help.
-		os.Remove(s.blobPath(sp.desc.Digest))
-		err = fmt.Errorf("%w (the cached copy was damaged and has been removed: pull again)", err)
+	if err != nil && b.isCached() && !errors.Is(err, context.Canceled) {
+		err = s.dropDamaged(sp.desc, err)
 	}
 	pipe.finish(err)
+}
+
+// dropDamaged checks the cached blob of desc after err stopped its reading:
+// a damaged copy is removed, so that the next pull fetches it again, and
+// the error says so. An intact one stays: its content is what the image's
+// source has, and fetching it again cannot help.
+func (s *Store) dropDamaged(desc v1.Descriptor, err error) error {
+	if s.blobIntact(desc) {
+		return err
+	}
+	os.Remove(s.blobPath(desc.Digest))
+	return fmt.Errorf("%w (the cached copy was damaged and has been removed: pull again)", err)
 }
 
 // blobIntact reports whether the cached blob of desc has its size and

@@ -446,11 +446,15 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 		if err == nil {
 			_, err = io.Copy(io.Discard, pipes[i]) // the rest, to verify the diff_id
 		}
+		var le *flatten.LimitError
 		if perr := pipes[i].failed(); perr != nil {
 			err = perr // the blob's own error names it
+		} else if err != nil && fetches[i].isCached() && !errors.Is(err, context.Canceled) && !errors.As(err, &le) {
+			// The applier can stop on a damaged cached blob's content
+			// before its decompressor sees the damage and says so.
+			err = s.dropDamaged(specs[i].desc, err)
 		}
 		if err != nil {
-			var le *flatten.LimitError
 			if errors.As(err, &le) {
 				return a.Stats(), &LimitsError{LimitError: le}
 			}
