@@ -23,8 +23,9 @@ GO_MIN=$(awk '$1 == "go" { print $2; exit }' go.mod)
 NODE_MIN=${NODE_MIN:-20.18.1}
 # The Debian packages the tests use: busybox-static for the test images (hack/mkimage,
 # the e2e and pi tests' sandboxes); tmux for pi's interactive mode in the pi tests;
-# btrfs-progs for a loop-mounted btrfs on which the sandbox root copy's reflinks are tested.
-PACKAGES=(busybox-static tmux btrfs-progs)
+# btrfs-progs for a loop-mounted btrfs on which the sandbox root copy's reflinks are tested;
+# ca-certificates for the HTTPS of Go's module downloads (a minimal Debian lacks it).
+PACKAGES=(busybox-static tmux btrfs-progs ca-certificates)
 
 failed=0
 fail() {
