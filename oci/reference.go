@@ -64,6 +64,9 @@ type source struct {
 	ref  name.Reference // registry image, or the tag inside an archive
 	path string         // layout directory or archive file, absolute
 	tag  string         // layout tag
+	// oldName is the name records had before oci:DIR came to mean the
+	// layout's image tagged latest: oci:DIR, for rmi to find them.
+	oldName string
 }
 
 // parseSource parses a reference as people write it.
@@ -74,15 +77,15 @@ func parseSource(s string) (source, error) {
 		if err != nil {
 			return source{}, err
 		}
+		src := source{kind: layoutSource, name: LayoutPrefix + abs, path: abs, tag: tag}
 		if tag == "" && layoutHasTag(abs, DefaultLayoutTag) {
 			// One name, and one cache entry, for oci:DIR and oci:DIR:latest.
-			tag = DefaultLayoutTag
+			src.tag, src.oldName = DefaultLayoutTag, src.name
 		}
-		n := LayoutPrefix + abs
-		if tag != "" {
-			n += ":" + tag
+		if src.tag != "" {
+			src.name += ":" + src.tag
 		}
-		return source{kind: layoutSource, name: n, path: abs, tag: tag}, nil
+		return src, nil
 	case strings.HasPrefix(s, ArchivePrefix):
 		abs, r, err := offlinePath(s, ArchivePrefix)
 		if err != nil {

@@ -645,6 +645,37 @@ func sameSet(a, b []string) bool {
 	return true
 }
 
+// TestLayoutOneNameForBothSpellings pulls an OCI layout as oci:DIR and as
+// oci:DIR:latest: one record. A record made when the layout had no latest
+// tag keeps its name oci:DIR, and rmi oci:DIR still finds it once the
+// layout has one.
+func TestLayoutOneNameForBothSpellings(t *testing.T) {
+	ctx := t.Context()
+	img := rulesImage(t, "")
+	dir := filepath.Join(t.TempDir(), "layout")
+	testimage.WriteLayout(t, dir, "v1", img)
+	s := openStore(t)
+	old, err := s.Pull(ctx, "oci:"+dir)
+	if err != nil || old.Name != "oci:"+dir {
+		t.Fatalf("pull oci:DIR without a latest tag: %v, %v; want it named oci:%s", old, err, dir)
+	}
+	testimage.WriteLayout(t, dir, "latest", img)
+	for _, ref := range []string{"oci:" + dir, "oci:" + dir + ":latest"} {
+		got, err := s.Pull(ctx, ref)
+		if err != nil || got.Name != "oci:"+dir+":latest" {
+			t.Fatalf("pull %s: %v, %v; want it named oci:%s:latest", ref, got, err, dir)
+		}
+	}
+	list, err := s.List(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %v, %v; want the old oci:DIR record and one oci:DIR:latest", list, err)
+	}
+	freed, err := s.Remove(ctx, "oci:"+dir, nil)
+	if err != nil || len(freed.Images) != 2 {
+		t.Errorf("rmi oci:DIR: %+v, %v; want both records removed", freed, err)
+	}
+}
+
 func TestListRemovePrune(t *testing.T) {
 	ctx := t.Context()
 	reg := testimage.NewRegistry(t, nil)
