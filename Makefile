@@ -25,7 +25,7 @@ TEST_IMAGE := $(BUILD)/testimage
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox testkrun testimage test unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox testkrun testimage test deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -35,12 +35,12 @@ build: krunbox
 ## agent: the static guest agent for every supported guest architecture
 agent: $(AGENTS)
 
-$(AGENT_EMBED)/krunbox-agent-linux-%: FORCE
+$(AGENT_EMBED)/krunbox-agent-linux-%: FORCE | check-build
 	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $@ ./cmd/krunbox-agent
 	{ sha256sum $@ 2>/dev/null || shasum -a 256 $@; } | cut -d' ' -f1 > $@.sha256
 	@mkdir -p $(BUILD) && cp $@ $(BUILD)/
 
-krunbox: agent
+krunbox: agent | check-build
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD)/krunbox ./cmd/krunbox
 ifeq ($(UNAME_S),Darwin)
 	codesign --entitlements hack/hvf-entitlements.plist --force -s - $(BUILD)/krunbox
@@ -63,8 +63,30 @@ $(TESTKRUN): $(wildcard hack/testkrun/*.c hack/testkrun/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -fPIC -fvisibility=hidden -O2 -g -Wall -Wextra -Werror -Wl,-soname,libkrun.so.1 -o $@ $(filter %.c,$^) -lpthread
 
-## test: every test: lint, Go unit and end-to-end tests, cross builds, pi extension, real VMs
-test: lint unit cross pi-test realvm-tier
+## test: every test: lint, Go unit and end-to-end tests, cross builds, pi extension, real VMs, README's quick start (make deps first)
+# quickstart and release-artifacts build again: they run after the tests, even under -j.
+test: deps
+	@$(MAKE) --no-print-directory lint unit cross pi-test realvm-tier
+	@$(MAKE) --no-print-directory quickstart release-artifacts
+
+## deps: check the toolchains, install the Debian packages the tests need (as root; else it says how) and pi's npm packages
+deps:
+	@GO=$(GO) CC=$(CC) hack/setup/deps.sh test
+
+## quickstart: README's quick start, run as written there, and make run's exit code (hack/setup/quickstart.sh)
+quickstart:
+	hack/setup/quickstart.sh
+
+# check-build checks the toolchains a build needs (Go, a C compiler, git), before the
+# first go command: Debian 12's Go 1.19 would fail on go.mod, less clearly.
+check-build:
+	@GO=$(GO) CC=$(CC) hack/setup/deps.sh check go cc git
+
+# release-artifacts builds what CI publishes, with the libkrun and libkrunfw the real-VM
+# tests ran on: build/dist/krunbox-VERSION-OS-ARCH.tar.gz and build/pi-krunbox-VERSION.tgz.
+release-artifacts:
+	@if [ -d $(REALVM)/lib ]; then $(MAKE) --no-print-directory dist pi-package LIBKRUN_DIR=$(REALVM)/lib; \
+	else echo "SKIP: release artifacts with libkrun: $(REALVM)/lib is missing (make dist LIBKRUN_DIR=DIR)"; fi
 
 unit: build testkrun
 	$(TEST_ENV) $(GO) test -count=1 -timeout 20m ./...
@@ -82,13 +104,13 @@ cross:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./...
 	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./...
 
-# The pi extension (pi/). Its dependencies come from `npm ci` in pi/ (.ci/run runs it);
+# The pi extension (pi/). Its dependencies come from `npm ci` in pi/ (make deps runs it);
 # these targets install nothing. Tests run on the system's node (pi 0.73 on it) and on the
 # Node 22 from pi/node_modules (pi 1.x), see pi/test/e2e/harness.ts.
 PI_PLATFORM = $(shell node -p 'process.platform + "-" + process.arch' 2>/dev/null)
 PI_VERSION  = $(shell node -p 'require("./pi/package.json").version' 2>/dev/null)
 PI_TARBALL  = $(BUILD)/pi-krunbox-$(PI_VERSION).tgz
-PI_DEPS     = @test -d pi/node_modules || { echo "$@: pi/node_modules is missing: run 'npm ci' in pi/ (.ci/run does)"; exit 1; }
+PI_DEPS     = @test -d pi/node_modules || { echo "$@: pi/node_modules is missing: run make deps (or 'npm ci' in pi/)"; exit 1; }
 
 ## pi-package: the pi extension's npm tarball, with this host's krunbox inside (LIBKRUN_DIR=DIR: and libkrun)
 pi-package: build pi-tarball
@@ -183,13 +205,26 @@ bench-pi: build testkrun $(TEST_IMAGE)/index.json
 bench-vm: testkrun
 	$(TEST_ENV) $(GO) test -run '^$$' -bench StartToFirstByte -benchtime 50x -count 3 ./hostapi/vmm
 
-## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD)); without KVM it says what is missing
-run: build
-	$(BUILD)/krunbox run --rm $(RUN_IMAGE) -- $(RUN_CMD)
+# make run and make run-busybox exit with krunbox's exit code, as krunbox run does (125:
+# this host cannot start VMs), not with make's 2: see hack/makeexit/makeexit.mk.
+MAKEEXIT_SO    := $(BUILD)/makeexit.so
+MAKEEXIT_GOALS := run run-busybox
+RUN_STATUS     := $(BUILD)/run.status
+include hack/makeexit/makeexit.mk
+
+## run: build krunbox and run the main job ($(RUN_IMAGE): $(RUN_CMD)); without KVM it says what is missing, exit code 125
+run: run-job
+	$(call exit-with,$(RUN_STATUS))
 
 ## run-busybox: the main job on a busybox image built here (busybox-static), no registry needed
-run-busybox: build $(TEST_IMAGE)/index.json
-	$(BUILD)/krunbox run --rm oci:$(TEST_IMAGE):latest -- $(RUN_CMD)
+run-busybox: run-busybox-job
+	$(call exit-with,$(RUN_STATUS))
+
+run-job: build
+	@rm -f $(RUN_STATUS); $(BUILD)/krunbox run --rm $(RUN_IMAGE) -- $(RUN_CMD); echo $$? >$(RUN_STATUS)
+
+run-busybox-job: build $(TEST_IMAGE)/index.json
+	@rm -f $(RUN_STATUS); $(BUILD)/krunbox run --rm oci:$(TEST_IMAGE):latest -- $(RUN_CMD); echo $$? >$(RUN_STATUS)
 
 ## testimage: the busybox test image (Debian's busybox-static) as an OCI layout in build/testimage
 testimage: $(TEST_IMAGE)/index.json

@@ -133,10 +133,19 @@ type PullProgress struct {
 	Size  int64  // compressed size
 	Done  int64  // bytes downloaded so far
 	State LayerState
+	// Local is set when the layer comes from a local source (an OCI
+	// layout or a docker archive): downloading it copies it into the cache.
+	Local bool
+}
+
+// Label names the layer's state for people: as State's String, except
+// "copying" and "copied" for a layer from a local source.
+func (p PullProgress) Label() string {
+	return oci.Progress{State: oci.ProgressState(p.State), Local: p.Local}.Label()
 }
 
 func pullProgress(p oci.Progress) PullProgress {
-	return PullProgress{Image: p.Image, Layer: p.Layer.String(), Index: p.Index, Count: p.Count, Size: p.Size, Done: p.Done, State: LayerState(p.State)}
+	return PullProgress{Image: p.Image, Layer: p.Layer.String(), Index: p.Index, Count: p.Count, Size: p.Size, Done: p.Done, State: LayerState(p.State), Local: p.Local}
 }
 
 // ProtectedPath is a git path protected from a sandbox's guest.

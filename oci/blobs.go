@@ -33,10 +33,13 @@ type blobFetch struct {
 	err    error
 	cached bool // it was in the cache already
 	ended  chan struct{}
+	// announced is closed once the fetch has reported its first state,
+	// or has ended without one.
+	announced chan struct{}
 }
 
 func newBlobFetch(desc v1.Descriptor) *blobFetch {
-	b := &blobFetch{desc: desc, ended: make(chan struct{})}
+	b := &blobFetch{desc: desc, ended: make(chan struct{}), announced: make(chan struct{})}
 	b.cond = sync.NewCond(&b.mu)
 	return b
 }
@@ -44,7 +47,13 @@ func newBlobFetch(desc v1.Descriptor) *blobFetch {
 // run fetches the blob and reports progress; it ends when ctx is done.
 func (b *blobFetch) run(ctx context.Context, s *Store, sp layerSpec, report func(ProgressState, int64)) {
 	defer close(b.ended)
-	err := b.fetch(ctx, s, sp, report)
+	var once sync.Once
+	announce := func() { once.Do(func() { close(b.announced) }) }
+	defer announce()
+	err := b.fetch(ctx, s, sp, func(state ProgressState, done int64) {
+		report(state, done)
+		announce()
+	})
 	b.mu.Lock()
 	b.done, b.err = true, err
 	b.cond.Broadcast()
@@ -206,14 +215,22 @@ func decompress(ctx context.Context, s *Store, b *blobFetch, sp layerSpec, pipe 
 			err = b.err
 		}
 	}
-	if err != nil && b.isCached() && !errors.Is(err, context.Canceled) && !s.blobIntact(sp.desc) {
-		// The cached copy is damaged: drop it so that the next pull
-		// fetches it again. An intact one stays: its content is what
-		// the image's source has, and fetching it again cannot help.
-		os.Remove(s.blobPath(sp.desc.Digest))
-		err = fmt.Errorf("%w (the cached copy was damaged and has been removed: pull again)", err)
+	if err != nil && b.isCached() && !errors.Is(err, context.Canceled) {
+		err = s.dropDamaged(sp.desc, err)
 	}
 	pipe.finish(err)
+}
+
+// dropDamaged checks the cached blob of desc after err stopped its reading:
+// a damaged copy is removed, so that the next pull fetches it again, and
+// the error says so. An intact one stays: its content is what the image's
+// source has, and fetching it again cannot help.
+func (s *Store) dropDamaged(desc v1.Descriptor, err error) error {
+	if s.blobIntact(desc) {
+		return err
+	}
+	os.Remove(s.blobPath(desc.Digest))
+	return fmt.Errorf("%w (the cached copy was damaged and has been removed: pull again)", err)
 }
 
 // blobIntact reports whether the cached blob of desc has its size and

@@ -100,7 +100,7 @@ func recordMatcher(ref string) (func(*Image) bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(img *Image) bool { return img.Name == src.name }, nil
+	return func(img *Image) bool { return img.Name == src.name || src.oldName != "" && img.Name == src.oldName }, nil
 }
 
 func referencedBlobs(img *Image) []v1.Hash {

@@ -58,7 +58,8 @@ func (s ProgressState) String() string {
 }
 
 // Progress reports the progress of one layer of a pull. Calls are
-// serialized.
+// serialized, and a layer's first state is always LayerFetching or
+// LayerCached: it is never reported applying before that.
 type Progress struct {
 	Image string  // normalized reference
 	Layer v1.Hash // compressed digest
@@ -67,6 +68,21 @@ type Progress struct {
 	Size  int64   // compressed size
 	Done  int64   // bytes downloaded so far
 	State ProgressState
+	// Local is set when the layer comes from a local source (an OCI
+	// layout or a docker archive): fetching it copies it into the cache.
+	Local bool
+}
+
+// Label names the layer's state for people: as State's String, except
+// "copying" and "copied" for a layer fetched from a local source.
+func (p Progress) Label() string {
+	switch {
+	case p.Local && p.State == LayerFetching:
+		return "copying"
+	case p.Local && p.State == LayerFetched:
+		return "copied"
+	}
+	return p.State.String()
 }
 
 type pullOptions struct {
@@ -190,6 +206,8 @@ type layerSpec struct {
 	// open streams the compressed blob from the image's source; nil when
 	// only the cache may be used.
 	open func() (io.ReadCloser, error)
+	// local is set when open reads a local source rather than a registry.
+	local bool
 }
 
 func cachedLayers(rec *Image) []layerSpec {
@@ -242,7 +260,7 @@ func (s *Store) install(ctx context.Context, name string, f *fetched, o pullOpti
 			return fail(fmt.Errorf("layer %s has media type %s, which is not a supported layer type", d.Digest, d.MediaType))
 		}
 		rec.Size += d.Size
-		specs[i] = layerSpec{desc: d, diffID: cf.RootFS.DiffIDs[i], open: func() (io.ReadCloser, error) {
+		specs[i] = layerSpec{desc: d, diffID: cf.RootFS.DiffIDs[i], local: !f.remote, open: func() (io.ReadCloser, error) {
 			l, err := f.img.LayerByDigest(d.Digest)
 			if err != nil {
 				return nil, err
@@ -380,7 +398,7 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		progress(Progress{Image: image, Layer: specs[i].desc.Digest, Index: i, Count: len(specs), Size: specs[i].desc.Size, Done: done, State: state})
+		progress(Progress{Image: image, Layer: specs[i].desc.Digest, Index: i, Count: len(specs), Size: specs[i].desc.Size, Done: done, State: state, Local: specs[i].local})
 	}
 	a, err := flatten.NewApplier(root, flatten.Options{Rootless: s.opts.rootless, DropSetID: dropSetID, MaxBytes: s.opts.limits.MaxBytes, MaxEntries: s.opts.limits.MaxEntries})
 	if err != nil {
@@ -416,16 +434,27 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 	for i := range specs {
 		start(i)
 		start(i + 1) // decompress the next layer while this one is applied
+		// A layer is said to be applying only once its fetch has said
+		// where its bytes come from (downloading, or cached).
+		select {
+		case <-fetches[i].announced:
+		case <-ctx.Done():
+			return a.Stats(), ctx.Err()
+		}
 		report(i, LayerApplying, 0)
 		err := a.ApplyLayer(ctx, pipes[i])
 		if err == nil {
 			_, err = io.Copy(io.Discard, pipes[i]) // the rest, to verify the diff_id
 		}
+		var le *flatten.LimitError
 		if perr := pipes[i].failed(); perr != nil {
 			err = perr // the blob's own error names it
+		} else if err != nil && fetches[i].isCached() && !errors.Is(err, context.Canceled) && !errors.As(err, &le) {
+			// The applier can stop on a damaged cached blob's content
+			// before its decompressor sees the damage and says so.
+			err = s.dropDamaged(specs[i].desc, err)
 		}
 		if err != nil {
-			var le *flatten.LimitError
 			if errors.As(err, &le) {
 				return a.Stats(), &LimitsError{LimitError: le}
 			}

@@ -1,11 +1,14 @@
 package oci
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 // Prefixes of offline image sources.
@@ -25,15 +30,23 @@ const (
 	LayoutPrefix = "oci:"
 	// ArchivePrefix names a "docker save" tarball: docker-archive:PATH[:REF].
 	ArchivePrefix = "docker-archive:"
+	// DockerTransport is the transport prefix skopeo and podman write before
+	// a registry reference (docker://alpine); it means the registry, as a
+	// reference without it does.
+	DockerTransport = "docker://"
+	// DefaultLayoutTag is the tag an untagged oci:PATH names when the layout
+	// has an image so tagged, as alpine means alpine:latest.
+	DefaultLayoutTag = "latest"
 )
 
 // ReferenceHelp documents the reference syntax for users.
 const ReferenceHelp = `Image references:
   alpine, alpine:3.20, ghcr.io/owner/image@sha256:...  a registry (Docker Hub by default)
   127.0.0.1:5000/image:tag                              plain HTTP, for localhost/127.0.0.1/[::1] only
-  oci:PATH[:TAG]                                        an OCI image layout directory
+  docker://alpine                                       the same as alpine (skopeo's and podman's spelling)
+  oci:PATH[:TAG]                                        an OCI image layout directory (TAG: latest if it has it)
   docker-archive:PATH[:REF]                             a "docker save" tarball
-PATH may not contain ':'.`
+PATH may not contain ':'. A local path needs its prefix: oci:./build/testimage.`
 
 type sourceKind int
 
@@ -51,6 +64,9 @@ type source struct {
 	ref  name.Reference // registry image, or the tag inside an archive
 	path string         // layout directory or archive file, absolute
 	tag  string         // layout tag
+	// oldName is the name records had before oci:DIR came to mean the
+	// layout's image tagged latest: oci:DIR, for rmi to find them.
+	oldName string
 }
 
 // parseSource parses a reference as people write it.
@@ -61,11 +77,15 @@ func parseSource(s string) (source, error) {
 		if err != nil {
 			return source{}, err
 		}
-		n := LayoutPrefix + abs
-		if tag != "" {
-			n += ":" + tag
+		src := source{kind: layoutSource, name: LayoutPrefix + abs, path: abs, tag: tag}
+		if tag == "" && layoutHasTag(abs, DefaultLayoutTag) {
+			// One name, and one cache entry, for oci:DIR and oci:DIR:latest.
+			src.tag, src.oldName = DefaultLayoutTag, src.name
 		}
-		return source{kind: layoutSource, name: n, path: abs, tag: tag}, nil
+		if src.tag != "" {
+			src.name += ":" + src.tag
+		}
+		return src, nil
 	case strings.HasPrefix(s, ArchivePrefix):
 		abs, r, err := offlinePath(s, ArchivePrefix)
 		if err != nil {
@@ -82,7 +102,10 @@ func parseSource(s string) (source, error) {
 		}
 		return src, nil
 	default:
-		ref, err := name.ParseReference(s)
+		if err := checkNotLocalPath(s); err != nil {
+			return source{}, err
+		}
+		ref, err := name.ParseReference(strings.TrimPrefix(s, DockerTransport))
 		if err != nil {
 			return source{}, &ReferenceError{Ref: s, Err: err}
 		}
@@ -90,10 +113,73 @@ func parseSource(s string) (source, error) {
 	}
 }
 
+// layoutHasTag reports whether the OCI layout in dir has an image or index
+// tagged tag in its index.json (read bounded, without following a symlink
+// in its place). A layout it cannot read has none: reading the image
+// reports why.
+func layoutHasTag(dir, tag string) bool {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return false
+	}
+	defer root.Close()
+	b, err := confine.ReadFile(root, "index.json", confine.DefaultMaxRead)
+	if err != nil {
+		return false
+	}
+	var m v1.IndexManifest
+	if json.Unmarshal(b, &m) != nil {
+		return false
+	}
+	return slices.ContainsFunc(m.Manifests, func(d v1.Descriptor) bool {
+		return d.Annotations[refNameAnnotation] == tag
+	})
+}
+
+// refNameAnnotation tags an image in an OCI layout's index.json.
+const refNameAnnotation = "org.opencontainers.image.ref.name"
+
+// checkNotLocalPath refuses a reference without a prefix that is a path on
+// this host: one that starts like a path ("/", "./", "../", "~"), or names
+// an OCI layout directory or a tarball that is there. Without the check,
+// ./build/testimage would be looked for on Docker Hub.
+func checkNotLocalPath(s string) error {
+	pathLike := s == "." || s == ".." || s == "~" || strings.HasPrefix(s, "/") ||
+		strings.HasPrefix(s, "./") || strings.HasPrefix(s, "../") || strings.HasPrefix(s, "~/")
+	layout, archive := false, false
+	if fi, err := os.Stat(s); err == nil {
+		if fi.IsDir() {
+			_, err := os.Stat(filepath.Join(s, "oci-layout"))
+			layout = err == nil
+		} else if fi.Mode().IsRegular() {
+			archive = strings.HasSuffix(s, ".tar") || strings.HasSuffix(s, ".tar.gz") || strings.HasSuffix(s, ".tgz")
+		}
+	}
+	if !pathLike && !layout && !archive {
+		return nil
+	}
+	e := &ReferenceError{Ref: s, Err: errors.New("a local path is not an image reference")}
+	switch {
+	case archive:
+		e.hint = "for the \"docker save\" tarball there, write " + ArchivePrefix + s
+	case strings.HasPrefix(s, "~"):
+		e.hint = "the shell did not expand ~ here: write " + LayoutPrefix + "$HOME/... for an OCI image layout directory"
+	default:
+		e.hint = "for an OCI image layout directory, write " + LayoutPrefix + s +
+			" (and " + ArchivePrefix + "FILE for a \"docker save\" tarball)"
+	}
+	if !pathLike {
+		e.hint += "; for the registry image of that name, write docker.io/" + s
+	}
+	return e
+}
+
 // ReferenceError reports an image reference that cannot be parsed.
 type ReferenceError struct {
 	Ref string
 	Err error
+	// hint replaces the general one for a mistake known more precisely.
+	hint string
 }
 
 func (e *ReferenceError) Error() string {
@@ -105,6 +191,9 @@ func (e *ReferenceError) Unwrap() error { return e.Err }
 
 // Hint shows valid references.
 func (e *ReferenceError) Hint() string {
+	if e.hint != "" {
+		return e.hint
+	}
 	return "references look like alpine, alpine:3.20, ghcr.io/owner/image@sha256:<digest>, 127.0.0.1:5000/image:tag, " +
 		"oci:DIR[:TAG] or docker-archive:FILE[:REF] (see 'krunbox pull --help')"
 }
@@ -165,7 +254,7 @@ func (s *Store) fetch(ctx context.Context, src source, platform v1.Platform) (*f
 			}
 			var tags []string
 			for _, d := range m.Manifests {
-				t := d.Annotations["org.opencontainers.image.ref.name"]
+				t := d.Annotations[refNameAnnotation]
 				if t != src.tag {
 					if t != "" {
 						tags = append(tags, t)
@@ -290,14 +379,19 @@ func pickFromIndex(idx v1.ImageIndex, platform v1.Platform, ref string) (*fetche
 			continue
 		case !d.MediaType.IsImage():
 			continue // attestations, signatures...
-		case d.Platform == nil:
-			// An untagged single image: check its config.
+		case d.Platform == nil || d.Platform.OS == "" || d.Platform.Architecture == "":
+			// An image the index does not say the whole platform of: check
+			// its config.
 			img, err := idx.Image(d.Digest)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", ref, err)
 			}
-			if f, err := checkPlatform(img, d.Digest, platform, ref, false); err == nil {
+			f, err := checkPlatform(img, d.Digest, platform, ref, false)
+			if err == nil {
 				return f, nil
+			}
+			if pe := (*PlatformError)(nil); errors.As(err, &pe) {
+				have = append(have, pe.Have...)
 			}
 			continue
 		}
@@ -316,20 +410,37 @@ func pickFromIndex(idx v1.ImageIndex, platform v1.Platform, ref string) (*fetche
 	return nil, &PlatformError{Ref: ref, Want: platform.String(), Have: have}
 }
 
-// checkPlatform accepts a single-platform image whose config matches.
+// checkPlatform accepts a single-platform image whose config matches
+// platform. A field the config leaves out (no architecture, as crane append
+// and some builders write, or no OS) does not contradict platform, as
+// docker and podman see it: the image is taken as platform's; only a field
+// that says otherwise (arm64 for amd64) refuses it.
 func checkPlatform(img v1.Image, digest v1.Hash, platform v1.Platform, ref string, remote bool) (*fetched, error) {
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("%s: read image config: %w", ref, err)
 	}
 	got := v1.Platform{OS: cf.OS, Architecture: cf.Architecture, Variant: cf.Variant}
-	if got.OS == "" {
-		got.OS = "linux"
+	agree := func(have, want string) bool { return have == "" || want == "" || have == want }
+	if !agree(got.OS, platform.OS) || !agree(got.Architecture, platform.Architecture) || !agree(got.Variant, platform.Variant) {
+		return nil, &PlatformError{Ref: ref, Want: platform.String(), Have: []string{describePlatform(got)}}
 	}
-	if !got.Satisfies(platform) {
-		return nil, &PlatformError{Ref: ref, Want: platform.String(), Have: []string{got.String()}}
-	}
+	got.OS = cmp.Or(got.OS, platform.OS)
+	got.Architecture = cmp.Or(got.Architecture, platform.Architecture)
+	got.Variant = cmp.Or(got.Variant, platform.Variant)
 	return &fetched{img: img, digest: digest, platform: got, remote: remote}, nil
+}
+
+// describePlatform names an image's platform, saying which parts of it
+// its config leaves out.
+func describePlatform(p v1.Platform) string {
+	if p.OS == "" {
+		p.OS = "(no os)"
+	}
+	if p.Architecture == "" {
+		p.Architecture = "(no architecture)"
+	}
+	return p.String()
 }
 
 // PlatformError reports an image that has no variant for the platform

@@ -480,6 +480,73 @@ func TestPullPlatforms(t *testing.T) {
 	}
 }
 
+// TestPullImageWithoutPlatform pulls single-platform images whose config
+// leaves out the architecture (crane append writes that) or the OS: what
+// is there does not contradict the host, so they are the host's; only a
+// field that says another platform refuses the image, naming both.
+func TestPullImageWithoutPlatform(t *testing.T) {
+	host := testimage.HostPlatform()
+	other := "arm64"
+	if host.Architecture == "arm64" {
+		other = "amd64"
+	}
+	// withConfig is the small image with its config's platform fields set.
+	withConfig := func(os, arch, variant string) v1.Image {
+		img := testimage.Image(t, "", testimage.Config{}, testimage.Layer(t, testimage.File("f", "x", 0o644)))
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf = cf.DeepCopy()
+		cf.OS, cf.Architecture, cf.Variant = os, arch, variant
+		img, err = mutate.ConfigFile(img, cf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	tests := []struct {
+		name    string
+		img     v1.Image
+		refused string // "" when it is accepted as the host's; else what the error says the image has
+	}{
+		{"no architecture", withConfig("linux", "", ""), ""},
+		{"no os", withConfig("", host.Architecture, ""), ""},
+		{"neither", withConfig("", "", ""), ""},
+		{"the host's", withConfig("linux", host.Architecture, ""), ""},
+		{"another architecture", withConfig("linux", other, ""), "linux/" + other},
+		{"another os", withConfig("windows", "", ""), "windows/(no architecture)"},
+		{"another architecture, no os", withConfig("", other, ""), "(no os)/" + other},
+	}
+	reg := testimage.NewRegistry(t, nil)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "layout")
+			refs := map[string]string{
+				"registry": reg.Push(t, "noplatform", strconv.Itoa(i), tt.img),
+				"layout":   "oci:" + testimage.WriteLayout(t, dir, "v1", tt.img),
+			}
+			for kind, ref := range refs {
+				got, err := openStore(t).Pull(t.Context(), ref)
+				if tt.refused == "" {
+					if err != nil {
+						t.Fatalf("%s: %v", kind, err)
+					}
+					if !got.Platform.Equals(host) {
+						t.Errorf("%s: recorded as %s, want the host's %s", kind, got.Platform.String(), host.String())
+					}
+					continue
+				}
+				var pe *oci.PlatformError
+				want := "has no image for " + host.String() + " (it has: " + tt.refused + ")"
+				if !errors.As(err, &pe) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %v; want a PlatformError saying %q", kind, err, want)
+				}
+			}
+		})
+	}
+}
+
 func TestPullOfflineSources(t *testing.T) {
 	img := rulesImage(t, "")
 	dir := t.TempDir()
@@ -500,6 +567,112 @@ func TestPullOfflineSources(t *testing.T) {
 	}
 	if _, err := s.Pull(t.Context(), "oci:"+layoutDir+":nope"); err == nil || !strings.Contains(err.Error(), "v1") {
 		t.Errorf("missing tag: %v, want an error listing tag v1", err)
+	}
+}
+
+// TestPullProgressOrder checks what a pull says of each layer, in order:
+// where its bytes come from first (downloading from a registry, copying
+// from a local layout, cached), extracting only after that.
+func TestPullProgressOrder(t *testing.T) {
+	img := rulesImage(t, "")
+	ref := testimage.Serve(t, img)
+	layoutRef := "oci:" + testimage.WriteLayout(t, filepath.Join(t.TempDir(), "layout"), "v1", img) + ":v1"
+	tests := []struct {
+		name  string
+		ref   string
+		again bool     // pull, then export: every layer is cached
+		want  []string // each layer's labels, in order
+	}{
+		{"registry", ref, false, []string{"downloading", "extracting", "downloaded", "extracted"}},
+		{"layout", layoutRef, false, []string{"copying", "extracting", "copied", "extracted"}},
+		{"cached", ref, true, []string{"cached", "extracting", "extracted"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// One fetch at a time: the first layer's fetch waits behind the
+			// others', so applying it does not begin as soon as it is fetched.
+			s := openStore(t, oci.WithJobs(1))
+			if tt.again {
+				if _, err := s.Pull(t.Context(), tt.ref); err != nil {
+					t.Fatal(err)
+				}
+			}
+			labels := map[int][]string{}
+			progress := oci.WithProgress(func(p oci.Progress) {
+				if p.State == oci.LayerFetching && p.Done > 0 {
+					return // the same label again
+				}
+				labels[p.Index] = append(labels[p.Index], p.Label())
+			})
+			if tt.again { // an export flattens the cached blobs again
+				dir := filepath.Join(t.TempDir(), "export")
+				if _, err := s.Export(t.Context(), tt.ref, dir, progress); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := s.Pull(t.Context(), tt.ref, progress); err != nil {
+				t.Fatal(err)
+			}
+			if len(labels) != 3 {
+				t.Fatalf("progress for %d layers, want 3: %v", len(labels), labels)
+			}
+			for i, got := range labels {
+				// A layer's download may end before or after its extraction
+				// starts; what it says first and last may not vary.
+				if got[0] != tt.want[0] || got[len(got)-1] != "extracted" || !sameSet(got, tt.want) {
+					t.Errorf("layer %d: %q, want %q (or with the middle two swapped)", i+1, got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, s := range a {
+		seen[s]++
+	}
+	for _, s := range b {
+		seen[s]--
+	}
+	for _, n := range seen {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLayoutOneNameForBothSpellings pulls an OCI layout as oci:DIR and as
+// oci:DIR:latest: one record. A record made when the layout had no latest
+// tag keeps its name oci:DIR, and rmi oci:DIR still finds it once the
+// layout has one.
+func TestLayoutOneNameForBothSpellings(t *testing.T) {
+	ctx := t.Context()
+	img := rulesImage(t, "")
+	dir := filepath.Join(t.TempDir(), "layout")
+	testimage.WriteLayout(t, dir, "v1", img)
+	s := openStore(t)
+	old, err := s.Pull(ctx, "oci:"+dir)
+	if err != nil || old.Name != "oci:"+dir {
+		t.Fatalf("pull oci:DIR without a latest tag: %v, %v; want it named oci:%s", old, err, dir)
+	}
+	testimage.WriteLayout(t, dir, "latest", img)
+	for _, ref := range []string{"oci:" + dir, "oci:" + dir + ":latest"} {
+		got, err := s.Pull(ctx, ref)
+		if err != nil || got.Name != "oci:"+dir+":latest" {
+			t.Fatalf("pull %s: %v, %v; want it named oci:%s:latest", ref, got, err, dir)
+		}
+	}
+	list, err := s.List(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %v, %v; want the old oci:DIR record and one oci:DIR:latest", list, err)
+	}
+	freed, err := s.Remove(ctx, "oci:"+dir, nil)
+	if err != nil || len(freed.Images) != 2 {
+		t.Errorf("rmi oci:DIR: %+v, %v; want both records removed", freed, err)
 	}
 }
 

@@ -5,11 +5,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
+	"github.com/krunbox/krunbox/oci"
 )
 
 // imageCLIEnv isolates krunbox's state and serves a small image; it
@@ -34,6 +38,7 @@ func TestPullImagesExportRmiPrune(t *testing.T) {
 	if strings.Contains(errOut, "\x1b[") || strings.Count(errOut, "extracted") != 2 || !strings.Contains(errOut, "layer 1/2 ") {
 		t.Errorf("progress on a non-terminal:\n%s", errOut)
 	}
+	checkProgressLines(t, errOut, "downloading")
 
 	code, out, _ = runCLI(t, "images", "--json")
 	var imgs []imageJSON
@@ -65,7 +70,7 @@ func TestPullImagesExportRmiPrune(t *testing.T) {
 	}
 
 	code, out, _ = runCLI(t, "rmi", ref)
-	if code != 0 || !strings.Contains(out, "Removed "+ref) || !strings.Contains(out, "Freed ") || !strings.Contains(out, "1 root file systems, 4 blobs") {
+	if code != 0 || !strings.Contains(out, "Removed "+ref) || !strings.Contains(out, "Freed ") || !strings.Contains(out, "1 root file system, 4 blobs") {
 		t.Errorf("rmi: code %d, %q", code, out)
 	}
 	code, out, _ = runCLI(t, "images", "--json")
@@ -105,6 +110,8 @@ func TestPullErrors(t *testing.T) {
 		{"export, negative max-size", []string{"export", "--max-size", "-5", ref, t.TempDir()}, "--max-size -5", ""},
 		{"bad reference", []string{"pull", "UPPER/case"}, `invalid image reference "UPPER/case"`, "references look like alpine, alpine:3.20,"},
 		{"rmi, bad reference", []string{"rmi", "a b"}, `invalid image reference "a b"`, "references look like"},
+		{"a local path", []string{"pull", "./build/testimage"}, `invalid image reference "./build/testimage": a local path is not an image reference`, "write oci:./build/testimage"},
+		{"docker transport, bad reference", []string{"pull", "docker://UPPER/case"}, `invalid image reference "docker://UPPER/case"`, "references look like"},
 		{"no OCI layout", []string{"pull", "oci:/nonexistent"}, "read OCI layout /nonexistent", "OCI image layout directory"},
 		{"not a docker archive", []string{"pull", "docker-archive:" + notTar}, "read docker archive " + notTar, "'docker save -o FILE IMAGE'"},
 		{"registry down", []string{"pull", closedPort(t) + "/img"}, "connection refused", "check the registry name"},
@@ -124,6 +131,92 @@ func TestPullErrors(t *testing.T) {
 	code, out, _ := runCLI(t, "pull", "--help")
 	if code != 0 || !strings.Contains(out, "oci:PATH[:TAG]") || !strings.Contains(out, "docker-archive:PATH[:REF]") {
 		t.Errorf("pull --help does not document references: %q", out)
+	}
+}
+
+// checkProgressLines asserts that each layer's first progress line says
+// first, and its extracting line comes later.
+func checkProgressLines(t *testing.T, progress, first string) {
+	t.Helper()
+	layers := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(progress), "\n") {
+		// layer I/N DIGEST: STATE (SIZE)
+		head, rest, ok := strings.Cut(l, ": ")
+		if !ok || !strings.HasPrefix(head, "layer ") {
+			t.Errorf("progress line %q: want \"layer I/N DIGEST: STATE (SIZE)\"", l)
+			continue
+		}
+		state, _, _ := strings.Cut(rest, " (")
+		layers[head] = append(layers[head], state)
+	}
+	if len(layers) == 0 {
+		t.Errorf("no progress lines in %q", progress)
+	}
+	for layer, states := range layers {
+		if states[0] != first || !slices.Contains(states[1:], "extracting") {
+			t.Errorf("%s: %q, want %q first and \"extracting\" after it", layer, states, first)
+		}
+	}
+}
+
+func TestPullLayoutTwoSpellingsOneImage(t *testing.T) {
+	t.Setenv("KRUNBOX_HOME", t.TempDir())
+	img := testimage.Image(t, "", testimage.Config{Cmd: []string{"/bin/sh"}},
+		testimage.Layer(t, testimage.Dir("etc", 0o755), testimage.File("etc/hostname", "box\n", 0o644)))
+	dir := testimage.WriteLayout(t, filepath.Join(t.TempDir(), "layout"), "latest", img)
+	for i, ref := range []string{"oci:" + dir, "oci:" + dir + ":latest", "oci:" + dir} {
+		code, out, errOut := runCLI(t, "pull", "--policy", "always", ref)
+		if code != 0 || !strings.HasPrefix(out, "oci:"+dir+":latest (") {
+			t.Fatalf("pull %s: code %d, stdout %q, stderr %q; want it named oci:%s:latest", ref, code, out, errOut, dir)
+		}
+		if i == 0 { // the blobs are cached after the first pull
+			checkProgressLines(t, errOut, "copying")
+		}
+	}
+	code, out, _ := runCLI(t, "images", "--json")
+	var imgs []imageJSON
+	if code != 0 || json.Unmarshal([]byte(out), &imgs) != nil || len(imgs) != 1 {
+		t.Fatalf("images --json after pulling oci:DIR and oci:DIR:latest: code %d, %s; want one image", code, out)
+	}
+	if imgs[0].Repository != "oci:"+dir || imgs[0].Tag != "latest" {
+		t.Errorf("images: repository %q, tag %q; want oci:%s and latest", imgs[0].Repository, imgs[0].Tag, dir)
+	}
+	code, out, _ = runCLI(t, "images")
+	if code != 0 || strings.Contains(out, "<none>") {
+		t.Errorf("images: code %d, %q; want no <none> tag", code, out)
+	}
+}
+
+func TestPullDockerTransport(t *testing.T) {
+	ref := imageCLIEnv(t)
+	for _, r := range []string{"docker://" + ref, ref} {
+		code, out, errOut := runCLI(t, "pull", r)
+		if code != 0 || !strings.HasPrefix(out, ref+" (") {
+			t.Fatalf("pull %s: code %d, stdout %q, stderr %q; want it named %s", r, code, out, errOut, ref)
+		}
+	}
+	code, out, _ := runCLI(t, "images", "--json")
+	var imgs []imageJSON
+	if code != 0 || json.Unmarshal([]byte(out), &imgs) != nil || len(imgs) != 1 || imgs[0].Name != ref {
+		t.Errorf("images --json after pulling docker://%s and %s: code %d, %s; want one image named %s", ref, ref, code, out, ref)
+	}
+}
+
+func TestPrintFreedPlurals(t *testing.T) {
+	tests := []struct {
+		freed oci.Freed
+		want  string
+	}{
+		{oci.Freed{Trees: make([]v1.Hash, 1), Blobs: 1, Bytes: 10}, "Freed 10 B: 1 root file system, 1 blob\n"},
+		{oci.Freed{Trees: make([]v1.Hash, 2), Blobs: 4, Bytes: 10}, "Freed 10 B: 2 root file systems, 4 blobs\n"},
+		{oci.Freed{Leftovers: 1, Bytes: 10}, "Freed 10 B: 0 root file systems, 0 blobs, 1 leftover of interrupted pulls\n"},
+		{oci.Freed{}, "Nothing to free\n"},
+	}
+	for _, tt := range tests {
+		var buf strings.Builder
+		if err := printFreed(&buf, tt.freed); err != nil || buf.String() != tt.want {
+			t.Errorf("printFreed(%+v) = %q, %v; want %q", tt.freed, buf.String(), err, tt.want)
+		}
 	}
 }
 

@@ -108,14 +108,14 @@ func (p *progressPrinter) print(e oci.Progress) {
 		if e.State == oci.LayerFetching && e.Done > 0 {
 			return // plain output: no intermediate figures
 		}
-		fmt.Fprintf(p.w, "layer %d/%d %s: %s (%s)\n", e.Index+1, e.Count, short, e.State, humanSize(e.Size))
+		fmt.Fprintf(p.w, "layer %d/%d %s: %s (%s)\n", e.Index+1, e.Count, short, e.Label(), humanSize(e.Size))
 		return
 	}
 	if len(p.lines) < e.Count {
 		fmt.Fprint(p.w, strings.Repeat("\n", e.Count-len(p.lines)))
 		p.lines = append(p.lines, make([]string, e.Count-len(p.lines))...)
 	}
-	line := fmt.Sprintf("%s: %-11s", short, e.State)
+	line := fmt.Sprintf("%s: %-11s", short, e.Label())
 	if e.State == oci.LayerFetching && e.Size > 0 {
 		const width = 30
 		n := int(e.Done * width / e.Size)

@@ -61,9 +61,9 @@ func printFreed(w io.Writer, f oci.Freed) error {
 		_, err := fmt.Fprintln(w, "Nothing to free")
 		return err
 	}
-	what := fmt.Sprintf("%d root file systems, %d blobs", len(f.Trees), f.Blobs)
+	what := count(len(f.Trees), "root file system") + ", " + count(f.Blobs, "blob")
 	if f.Leftovers > 0 {
-		what += fmt.Sprintf(", %d leftovers of interrupted pulls", f.Leftovers)
+		what += ", " + count(f.Leftovers, "leftover") + " of interrupted pulls"
 	}
 	_, err := fmt.Fprintf(w, "Freed %s: %s\n", humanSize(f.Bytes), what)
 	return err

@@ -346,7 +346,7 @@ func (s *server) startHost(_ context.Context, name string, timeout time.Duration
 	var mu sync.Mutex
 	var last time.Time
 	progress := func(p hostapi.PullProgress) {
-		phase, msg := "pull", fmt.Sprintf("pulling %s: layer %d of %d %s", p.Image, p.Index+1, p.Count, p.State)
+		phase, msg := "pull", fmt.Sprintf("pulling %s: layer %d of %d %s", p.Image, p.Index+1, p.Count, p.Label())
 		switch p.State {
 		case hostapi.LayerDownloading:
 			if p.Size > 0 {
