@@ -89,7 +89,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	add("cpus", "cpus", "number of vCPUs")
 	add("memory", "memory", "guest memory, e.g. 2GiB or 512MiB")
 	add("network", "net", "network: tsi (the host's, through libkrun) or none")
-	add("pull_policy", "pull", "when to pull the image: if-missing, always or never")
+	add("pull_policy", "pull", "when to pull the image: missing (if not cached), always or never")
 	add("platform", "platform", "image platform, e.g. linux/arm64; default: the host's")
 	add("root", "root", "root file system: auto (an overlay where the host allows it, else a copy of the image), overlay or copy")
 	fl.BoolVar(&f.gitWritable, "git-writable", false, "let the guest change the hooks and config your git runs in the workspace's .git, read-only by default (config git_writable)")
