@@ -68,7 +68,7 @@ func testRmLeavesNothing(t *testing.T, e *env) {
 		t.Errorf("trash left: %d entries", len(entries))
 	}
 	poll.Until(t, "the VM's processes to end", 30*time.Second, func() bool { return len(processesOf(dir)) == 0 })
-	if names := e.ok("ls", "-q"); names != "" {
+	if names := e.ok("ls", "-a", "-q"); names != "" {
 		t.Errorf("ls after rm: %q", names)
 	}
 	checkKrunboxError(t, e.krunbox("rm", "gone"), "no such sandbox")

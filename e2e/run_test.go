@@ -69,7 +69,7 @@ func testExitCodes(t *testing.T, e *env) {
 		}
 	}
 	// Ad-hoc runs leave nothing, failed or not.
-	if names := strings.Fields(e.ok("ls", "-q")); len(names) != 0 {
+	if names := strings.Fields(e.ok("ls", "-a", "-q")); len(names) != 0 {
 		t.Errorf("sandboxes left by ad-hoc runs: %v", names)
 	}
 }
@@ -94,7 +94,7 @@ func testCannotStartVMs(t *testing.T, e *env) {
 		if imgs := e.ok("images", "--json"); strings.TrimSpace(imgs) != "[]" {
 			t.Errorf("%s: an image was pulled before the check: %s", tc.env, imgs)
 		}
-		if names := e.ok("ls", "-q"); names != "" {
+		if names := e.ok("ls", "-a", "-q"); names != "" {
 			t.Errorf("%s: sandboxes left: %s", tc.env, names)
 		}
 	}
