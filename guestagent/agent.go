@@ -3,9 +3,11 @@
 package guestagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -35,6 +37,10 @@ type Options struct {
 	Sync bool
 	// Logger receives the agent's log; nil means slog.Default().
 	Logger *slog.Logger
+	// Console receives the output of a main command whose connection
+	// ended (see protocol.ExecRequest.Main): the VM's console in a VM; nil
+	// discards it.
+	Console io.Writer
 }
 
 // Agent serves the krunbox protocol: exec, files, health and shutdown.
@@ -43,6 +49,7 @@ type Agent struct {
 	sync     bool
 	version  string
 	log      *slog.Logger
+	console  io.Writer
 	reaper   *reaper
 	boot     protocol.BootTimes
 	mounts   []protocol.MountStatus
@@ -91,6 +98,7 @@ func New(opts Options) (*Agent, error) {
 		sync:       opts.Sync,
 		version:    opts.Version,
 		log:        log,
+		console:    cmp.Or[io.Writer](opts.Console, io.Discard),
 		reaper:     r,
 		lastActive: time.Now(),
 		conns:      make(map[*conn]struct{}),
