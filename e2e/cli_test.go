@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/krunbox/krunbox/internal/testutil/poll"
+)
+
+// testRunOutlivesItsClient kills "krunbox run" clients with SIGKILL while
+// their command runs: the VM still stops when the command ends (named: the
+// sandbox is kept, stopped; --rm: it is removed), with nobody watching.
+func testRunOutlivesItsClient(t *testing.T, e *env) {
+	e.pull()
+	named := e.command("run", "--name", "kept", image, "--", "sh", "-c", "sleep 3; echo the-end")
+	adhoc := e.command("run", image, "--", "sleep", "3")
+	startCmd(t, named)
+	startCmd(t, adhoc)
+	poll.Until(t, "both sandboxes to run", 60*time.Second, func() bool {
+		n := 0
+		for _, st := range e.ls() {
+			if st.State == "running" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	named.Process.Kill()
+	adhoc.Process.Kill()
+	poll.Until(t, "the named sandbox to stop and the ad-hoc one to go once their command ended", 30*time.Second, func() bool {
+		ls := e.ls()
+		return len(ls) == 1 && ls["kept"].State == "stopped"
+	})
+	// Its output, nobody reading it, went to the console.
+	if out := e.ok("logs", "kept"); !strings.Contains(out, "the-end") {
+		t.Errorf("the console of kept lacks the command's output: %q", out)
+	}
+}
+
+// testTermEscalates sends SIGTERM to a "krunbox run -it" whose guest shell
+// ignores it: the third one kills the shell, as repeated Ctrl-C does, and
+// the sandbox goes.
+func testTermEscalates(t *testing.T, e *env) {
+	e.pull()
+	term := e.onTerminal(24, 80, "run", "-it", image, "sh")
+	term.send("echo sh''ell-ready\n")
+	term.waitOutput("shell-ready", 1)
+	sent := 0
+	for exited := false; !exited; {
+		if sent == 10 {
+			t.Fatalf("krunbox run -it still runs after %d SIGTERMs; terminal:\n%s", sent, term.out.String())
+		}
+		term.proc.Signal(syscall.SIGTERM)
+		sent++
+		// Each signal is handled before the next is sent (signals do not
+		// queue): wait for its effect, or a second.
+		select {
+		case <-term.done:
+			exited = true
+		case <-time.After(time.Second):
+		}
+	}
+	if sent < 3 {
+		t.Errorf("krunbox run -it exited after %d SIGTERMs: the guest's shell ignores them, want the third to kill it", sent)
+	}
+	if code := term.wait(); code != 137 {
+		t.Errorf("exit %d, want 137 (killed); terminal:\n%s", code, term.out.String())
+	}
+	poll.Until(t, "the ad-hoc sandbox to go", 30*time.Second, func() bool { return len(e.ls()) == 0 })
+}
+
+// testRunDetached runs a command with -d: run prints the name and returns,
+// the command runs on (its output in the logs), and its end stops the VM.
+func testRunDetached(t *testing.T, e *env) {
+	e.pull()
+	out := e.ok("run", "-d", "--name", "bg", image, "--", "sh", "-c", "echo detached-output; sleep 2")
+	if strings.TrimSpace(out) != "bg" {
+		t.Errorf("run -d printed %q, want the name", out)
+	}
+	poll.Until(t, "the detached command to end and stop its VM", 60*time.Second, func() bool { return e.ls()["bg"].State == "stopped" })
+	if logs := e.ok("logs", "bg"); !strings.Contains(logs, "detached-output") {
+		t.Errorf("logs of bg lack the detached command's output: %q", logs)
+	}
+	// 'krunbox start' boots it again, and keeps what it had.
+	e.ok("start", "bg")
+	e.ok("exec", "bg", "true")
+	checkKrunboxError(t, e.krunbox("run", "-d", "-t", image, "true"), "-d")
+}
+
+// testSeveralNames gives start, stop, rm and inspect several names, one
+// of them missing: every other name is acted on, the missing one is
+// reported, and the command fails.
+func testSeveralNames(t *testing.T, e *env) {
+	e.pull()
+	e.ok("create", "--name", "a", image)
+	e.ok("create", "--name", "b", image)
+	for _, verb := range []string{"start", "stop"} {
+		r := e.krunbox(verb, "a", "nosuch", "b")
+		if r.code == 0 || !strings.Contains(r.stderr, "nosuch") || r.stdout != "a\nb\n" {
+			t.Errorf("%s; want a and b done, nosuch reported, a failure", r)
+		}
+		want := map[string]string{"start": "running", "stop": "stopped"}[verb]
+		if ls := e.ls(); ls["a"].State != want || ls["b"].State != want {
+			t.Errorf("after %s a nosuch b: %v, want both %s", verb, ls, want)
+		}
+	}
+	r := e.krunbox("inspect", "a", "nosuch", "b")
+	var objs []struct{ Name string }
+	if err := json.Unmarshal([]byte(r.stdout), &objs); err != nil || len(objs) != 2 || objs[0].Name != "a" || objs[1].Name != "b" {
+		t.Errorf("%s: want a JSON array of a and b (%v)", r, err)
+	}
+	if r.code == 0 || !strings.Contains(r.stderr, "nosuch") {
+		t.Errorf("%s: want nosuch reported and a failure", r)
+	}
+	r = e.krunbox("rm", "a", "nosuch", "b")
+	if r.code == 0 || !strings.Contains(r.stderr, "nosuch") {
+		t.Errorf("%s: want nosuch reported and a failure", r)
+	}
+	if ls := e.ls(); len(ls) != 0 {
+		t.Errorf("after rm a nosuch b: %v left", ls)
+	}
+}
+
+// testPullFlag pulls with docker's --pull (and its values) on every
+// command that pulls, and with --policy, its hidden former name.
+func testPullFlag(t *testing.T, e *env) {
+	e.pull()
+	for _, args := range [][]string{
+		{"pull", "--pull", "never", image},
+		{"pull", "--pull", "missing", image},
+		{"pull", "--policy", "never", image},
+		{"export", "--pull", "never", image, t.TempDir()},
+		{"create", "--pull", "missing", "--name", "c", image},
+		{"run", "--pull", "never", image, "true"},
+		{"run", "--pull=missing", image, "true"},
+	} {
+		e.ok(args...)
+	}
+	for _, cmd := range []string{"pull", "export", "run", "create"} {
+		help := e.ok(cmd, "--help")
+		if !strings.Contains(help, "--pull") || strings.Contains(help, "--policy") {
+			t.Errorf("krunbox %s --help: want --pull and not --policy:\n%s", cmd, help)
+		}
+	}
+	r := e.krunbox("pull", "--pull", "never", "oci:"+t.TempDir()+":nosuch")
+	if r.code == 0 || strings.Contains(r.stderr, "--policy") {
+		t.Errorf("%s: want a failure whose hint names --pull", r)
+	}
+}
+
+// testListAll: ls shows the running (and dead) sandboxes, ls -a the
+// created and stopped ones too.
+func testListAll(t *testing.T, e *env) {
+	e.started("up")
+	e.ok("create", "--name", "new", image)
+	e.ok("create", "--name", "down", image)
+	e.ok("start", "down")
+	e.ok("stop", "down")
+	if got := strings.Fields(e.ok("ls", "-q")); strings.Join(got, " ") != "up" {
+		t.Errorf("ls -q: %v, want the running one only", got)
+	}
+	if got := e.ok("ls"); !strings.Contains(got, "up") || strings.Contains(got, "new") || strings.Contains(got, "down") {
+		t.Errorf("ls:\n%s\nwant the running one only", got)
+	}
+	if got := strings.Fields(e.ok("ls", "--all", "-q")); strings.Join(got, " ") != "down new up" {
+		t.Errorf("ls --all -q: %v, want all three", got)
+	}
+}
+
+// testEntrypoint replaces the image's entrypoint and command.
+func testEntrypoint(t *testing.T, e *env) {
+	e.pull()
+	if out := e.ok("run", "--entrypoint", "echo", image, "via", "entrypoint"); out != "via entrypoint\n" {
+		t.Errorf("run --entrypoint echo IMAGE via entrypoint: %q", out)
+	}
+	if out := e.ok("run", "--entrypoint", "", image, "echo", "no-entrypoint"); out != "no-entrypoint\n" {
+		t.Errorf("run --entrypoint '' IMAGE echo no-entrypoint: %q", out)
+	}
+}
