@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/krunbox/krunbox/internal/testutil/poll"
+	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
 // testRunOutlivesItsClient kills "krunbox run" clients with SIGKILL while
@@ -178,5 +179,30 @@ func testEntrypoint(t *testing.T, e *env) {
 	}
 	if out := e.ok("run", "--entrypoint", "", image, "echo", "no-entrypoint"); out != "no-entrypoint\n" {
 		t.Errorf("run --entrypoint '' IMAGE echo no-entrypoint: %q", out)
+	}
+}
+
+// testWorkdirMade: -w names a directory the image lacks: it is made, as
+// docker makes it.
+func testWorkdirMade(t *testing.T, e *env) {
+	e.pull()
+	if out := e.ok("run", "-w", "/made/by/krunbox", image, "pwd"); out != "/made/by/krunbox\n" {
+		t.Errorf("run -w /made/by/krunbox IMAGE pwd: %q", out)
+	}
+}
+
+// testExecSandboxRemoved removes a sandbox under a running exec: the exec
+// says so, and exits with its command's code (128+SIGTERM).
+func testExecSandboxRemoved(t *testing.T, e *env) {
+	e.started("gone")
+	cmd := e.command("exec", "gone", "sh", "-c", "echo started; sleep 600")
+	var out, errOut syncbuf.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	done := startCmd(t, cmd)
+	poll.Until(t, "the exec to start", 30*time.Second, func() bool { return strings.Contains(out.String(), "started") })
+	e.ok("rm", "-f", "gone")
+	code := exitOf(t, done, 60*time.Second, "krunbox exec in a removed sandbox")
+	if code != 128+int(syscall.SIGTERM) || !strings.Contains(errOut.String(), "gone was stopped or removed while the command ran") {
+		t.Errorf("exec in a sandbox removed under it: exit %d, stderr %q; want 143 and a message saying so", code, errOut.String())
 	}
 }

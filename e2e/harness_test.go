@@ -73,6 +73,8 @@ var scenarios = []scenario{
 	{"PullFlag", testPullFlag},
 	{"ListAll", testListAll},
 	{"Entrypoint", testEntrypoint},
+	{"WorkdirMade", testWorkdirMade},
+	{"ExecSandboxRemoved", testExecSandboxRemoved},
 }
 
 // TestDouble runs every scenario with VMs on the libkrun test double.

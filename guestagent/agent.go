@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,6 +65,7 @@ type Agent struct {
 	conns      map[*conn]struct{}
 
 	shutdownOnce sync.Once
+	stopping     atomic.Bool   // set once shutting down
 	done         chan struct{} // closed once the agent has shut down
 }
 
@@ -134,6 +136,12 @@ func (a *Agent) setup() {
 			a.log.Error("mount failed", "tag", m.Tag, "path", m.Path, "err", st.Error)
 		}
 		a.mounts = append(a.mounts, st)
+	}
+	// A missing working directory is made, as docker makes its WORKDIR.
+	if d := a.cfg.Workdir; d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			a.warn(fmt.Sprintf("create the working directory %s: %v", d, err))
+		}
 	}
 }
 
@@ -236,6 +244,7 @@ func (a *Agent) Shutdown(grace time.Duration) { a.shutdown(grace, nil) }
 // before Serve returns, to answer the host that asked.
 func (a *Agent) shutdown(grace time.Duration, answer func()) {
 	a.shutdownOnce.Do(func() {
+		a.stopping.Store(true)
 		a.terminate(grace)
 		if a.sync {
 			unix.Sync()

@@ -451,7 +451,13 @@ func (c *conn) sendFrom(st *stream, ch protocol.Channel, r io.Reader, limit int6
 			w.Add(uint32(n - m))
 		}
 		if m > 0 {
-			if err := c.sendData(st, ch, buf, m); err != nil {
+			// A stream that ended while the read waited (its connection
+			// gone, maybe half-open and taking writes) gets nothing more.
+			err := st.ctx.Err()
+			if err == nil {
+				err = c.sendData(st, ch, buf, m)
+			}
+			if err != nil {
 				return total, &sendError{err: err, unsent: bytes.Clone(buf[protocol.HeaderSize : protocol.HeaderSize+m])}
 			}
 			total += int64(m)

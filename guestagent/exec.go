@@ -356,6 +356,7 @@ wait:
 		st.in.CloseWithError(errStreamEnded, true)
 	}
 	exit := exitOf(ws, timedOut)
+	exit.Shutdown = c.a.stopping.Load()
 	if !req.Detach {
 		c.reply(st, protocol.TypeExecExit, exit, true)
 	}

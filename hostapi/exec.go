@@ -82,6 +82,9 @@ type ExitError struct {
 	CoreDumped bool
 	// TimedOut is set when the agent killed it for Cmd.Timeout.
 	TimedOut bool
+	// SandboxStopped is set when the process ended while its sandbox was
+	// stopping (stopped, removed, idle), which terminates every process.
+	SandboxStopped bool
 	// Stderr is the collected stderr, when Run collected it.
 	Stderr []byte
 }
@@ -98,6 +101,9 @@ func (e *ExitError) Error() string {
 	}
 	if e.TimedOut {
 		s = "timed out: " + s
+	}
+	if e.SandboxStopped {
+		s += " (its sandbox stopped)"
 	}
 	return s
 }
@@ -365,7 +371,7 @@ func (p *Process) Wait() error {
 		if p.exit.Code == 0 {
 			return nil
 		}
-		return &ExitError{Code: p.exit.Code, Signal: p.exit.Signal, CoreDumped: p.exit.CoreDumped, TimedOut: p.exit.TimedOut}
+		return &ExitError{Code: p.exit.Code, Signal: p.exit.Signal, CoreDumped: p.exit.CoreDumped, TimedOut: p.exit.TimedOut, SandboxStopped: p.exit.Shutdown}
 	}
 	if p.err != nil {
 		return p.err

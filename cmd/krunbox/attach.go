@@ -102,7 +102,7 @@ func exitCode(err error) (int, error) {
 	switch {
 	case err == nil:
 		return 0, nil
-	case errors.As(err, &ee):
+	case errors.As(err, &ee) && !ee.SandboxStopped:
 		return ee.Code, nil
 	case errors.Is(err, context.Canceled):
 		return 0, &codedError{err: fmt.Errorf("killed the guest process after %d interrupts or terminations", forcedKill), code: 128 + int(syscall.SIGKILL)}

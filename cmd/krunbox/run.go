@@ -223,12 +223,20 @@ func imageCommand(ic oci.ImageConfig, args []string) []string {
 }
 
 // execError explains why a process could not run in sb: a command the
-// guest could not start (exit 126 or 127), or a sandbox that does not
-// answer (why: stopped, dead...).
+// guest could not start (exit 126 or 127), one its sandbox's stop ended
+// (its own exit code), or a sandbox that does not answer (why: stopped,
+// dead...).
 func execError(ctx context.Context, sb *hostapi.Sandbox, err error) error {
-	var se *hostapi.StartError
-	if errors.As(err, &se) {
+	var (
+		se *hostapi.StartError
+		ee *hostapi.ExitError
+	)
+	switch {
+	case errors.As(err, &se):
 		return notStartedError(err)
+	case errors.As(err, &ee) && ee.SandboxStopped:
+		// The command's own code (128+N when killed, as docker's), said.
+		return &codedError{err: fmt.Errorf("sandbox %s was stopped or removed while the command ran, which ended it (%s)", sb.Name(), ee.Error()), code: ee.Code}
 	}
 	if rerr := sb.CheckReady(context.WithoutCancel(ctx)); rerr != nil {
 		return rerr

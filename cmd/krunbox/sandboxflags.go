@@ -78,7 +78,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	fl.StringVar(&f.name, "name", "", "name of the sandbox (default: generated)")
 	fl.StringArrayVarP(&f.mounts, "volume", "v", nil, "share a host directory: HOST[:GUEST][:ro] (GUEST defaults to the same path; -v . shares the current directory)")
 	fl.StringVar(&f.workspace, "workspace", "", "share DIR at the same absolute path and make it the working directory (with the git directories a worktree needs)")
-	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory in the guest, absolute (default: the workspace, else the image's)")
+	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory in the guest, absolute, made if missing (default: the workspace, else the image's)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE in the guest (KEY alone takes this process's value); nothing else of the host environment is passed")
 	fl.StringVarP(&f.user, "user", "u", "", "guest user, name or uid[:gid] (default: the image's)")
 	fl.StringArrayVarP(&f.ports, "publish", "p", nil, "publish a guest TCP port on the host: HOST:GUEST (network tsi only)")

@@ -204,6 +204,9 @@ type ExecExit struct {
 	CoreDumped bool `json:"core_dumped,omitempty"`
 	// TimedOut is set when the agent killed the group for the timeout.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// Shutdown is set when the process ended while the agent was shutting
+	// down (the sandbox stopping), which terminates every process.
+	Shutdown bool `json:"shutdown,omitempty"`
 }
 
 // SignalRequest sends a signal to an exec's process group.
