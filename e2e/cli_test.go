@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -205,4 +210,103 @@ func testExecSandboxRemoved(t *testing.T, e *env) {
 	if code != 128+int(syscall.SIGTERM) || !strings.Contains(errOut.String(), "gone was stopped or removed while the command ran") {
 		t.Errorf("exec in a sandbox removed under it: exit %d, stderr %q; want 143 and a message saying so", code, errOut.String())
 	}
+}
+
+// testCopyStopped copies from and to a stopped sandbox whose guest planted
+// links to host paths in its root: cp boots it for the copy and stops it
+// again; links are copied as links, and nothing is read or written on the
+// host through them.
+func testCopyStopped(t *testing.T, e *env) {
+	hostDir := t.TempDir()
+	secret := filepath.Join(hostDir, "secret")
+	if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.started("st")
+	e.ok("exec", "st", "sh", "-c", "mkdir /data && echo guest-data > /data/f && ln -s "+secret+" /data/link && ln -s "+hostDir+" /data/evil && sync")
+	e.ok("stop", "st")
+
+	out := t.TempDir()
+	e.ok("cp", "st:/data", out)
+	if b, err := os.ReadFile(filepath.Join(out, "data", "f")); err != nil || string(b) != "guest-data\n" {
+		t.Errorf("cp from a stopped sandbox: data/f %q, %v", b, err)
+	}
+	if target, err := os.Readlink(filepath.Join(out, "data", "link")); err != nil || target != secret {
+		t.Errorf("cp from a stopped sandbox: data/link: %q, %v; want the guest's link, as a link", target, err)
+	}
+	if st := e.ls()["st"].State; st != "stopped" {
+		t.Errorf("after cp, st is %s, want stopped again", st)
+	}
+
+	in := filepath.Join(t.TempDir(), "in")
+	if err := os.WriteFile(in, []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.ok("cp", in, "st:/data/in")
+	// Through the planted link to a host directory: the guest's path, made
+	// in the guest, never the host's.
+	e.krunbox("cp", in, "st:/data/evil/planted")
+	if entries, _ := os.ReadDir(hostDir); len(entries) != 1 {
+		t.Errorf("the host directory a guest link names holds %d entries, want only its own secret", len(entries))
+	}
+	if st := e.ls()["st"].State; st != "stopped" {
+		t.Errorf("after cp, st is %s, want stopped again", st)
+	}
+	e.ok("start", "st")
+	if got := e.ok("exec", "st", "cat", "/data/in"); got != "from the host\n" {
+		t.Errorf("a file copied into a stopped sandbox: %q", got)
+	}
+}
+
+// testCopyTar copies to stdout as a tar stream, and from one on stdin, as
+// docker cp does with -.
+func testCopyTar(t *testing.T, e *env) {
+	e.started("tt")
+	e.ok("exec", "tt", "sh", "-c", "mkdir -p /t/sub && echo one > /t/sub/f && ln -s sub/f /t/link")
+	r := e.krunbox("cp", "tt:/t", "-")
+	if r.code != 0 {
+		t.Fatalf("%s", r)
+	}
+	got := map[string]string{}
+	tr := tar.NewReader(strings.NewReader(r.stdout))
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			if err != io.EOF {
+				t.Fatalf("cp tt:/t -: %v", err)
+			}
+			break
+		}
+		body, _ := io.ReadAll(tr)
+		got[hdr.Name] = string(hdr.Typeflag) + ":" + string(body) + hdr.Linkname
+	}
+	want := map[string]string{"t/": "5:", "t/sub/": "5:", "t/sub/f": "0:one\n", "t/link": "2:sub/f"}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("cp tt:/t -: %s is %q, want %q (all: %q)", name, got[name], w, got)
+		}
+	}
+
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range []struct{ name, body string }{{"dir/", ""}, {"dir/file", "from tar\n"}} {
+		hdr := &tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg}
+		if strings.HasSuffix(f.name, "/") {
+			hdr.Typeflag, hdr.Mode = tar.TypeDir, 0o755
+		}
+		tw.WriteHeader(hdr)
+		tw.Write([]byte(f.body))
+	}
+	tw.Close()
+	if r := e.krunboxIn(buf.Bytes(), "cp", "-", "tt:/tmp"); r.code != 0 {
+		t.Fatalf("%s", r)
+	}
+	if got := e.ok("exec", "tt", "cat", "/tmp/dir/file"); got != "from tar\n" {
+		t.Errorf("cp - tt:/tmp: /tmp/dir/file holds %q", got)
+	}
+	buf.Reset()
+	tw = tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "../escape", Mode: 0o644, Typeflag: tar.TypeReg})
+	tw.Close()
+	checkKrunboxError(t, e.krunboxIn(buf.Bytes(), "cp", "-", "tt:/tmp"), "leaves the destination")
 }

@@ -75,6 +75,8 @@ var scenarios = []scenario{
 	{"Entrypoint", testEntrypoint},
 	{"WorkdirMade", testWorkdirMade},
 	{"ExecSandboxRemoved", testExecSandboxRemoved},
+	{"CopyStopped", testCopyStopped},
+	{"CopyTar", testCopyTar},
 }
 
 // TestDouble runs every scenario with VMs on the libkrun test double.
