@@ -62,6 +62,7 @@ type Agent struct {
 	active     int       // requests that count as activity, in progress
 	lastActive time.Time // when the last of them ended
 	listeners  []net.Listener
+	answers    []func() // of the hosts that asked for the shutdown
 	conns      map[*conn]struct{}
 
 	shutdownOnce sync.Once
@@ -241,15 +242,25 @@ func (a *Agent) watchIdle(idle time.Duration) {
 func (a *Agent) Shutdown(grace time.Duration) { a.shutdown(grace, nil) }
 
 // shutdown is Shutdown; answer, when not nil, runs after the sync and
-// before Serve returns, to answer the host that asked.
+// before Serve returns, to answer the host that asked, also when another
+// shutdown (a main command's end, idleness) was under way.
 func (a *Agent) shutdown(grace time.Duration, answer func()) {
+	if answer != nil {
+		a.mu.Lock()
+		a.answers = append(a.answers, answer)
+		a.mu.Unlock()
+	}
 	a.shutdownOnce.Do(func() {
 		a.stopping.Store(true)
 		a.terminate(grace)
 		if a.sync {
 			unix.Sync()
 		}
-		if answer != nil {
+		a.mu.Lock()
+		answers := a.answers
+		a.answers = nil
+		a.mu.Unlock()
+		for _, answer := range answers {
 			answer()
 		}
 		a.mu.Lock()
