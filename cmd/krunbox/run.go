@@ -17,8 +17,8 @@ import (
 	"github.com/krunbox/krunbox/oci"
 )
 
-// adhocIdleTimeout stops an ad-hoc VM left behind by a krunbox that was
-// killed: the VM is idle once its command is gone.
+// adhocIdleTimeout stops an ad-hoc VM left behind by a krunbox killed
+// before its command started (once started, the command's end stops it).
 const adhocIdleTimeout = time.Minute
 
 // cleanupTimeout bounds stopping and removing a sandbox after its command.
