@@ -82,7 +82,7 @@ func testTermEscalates(t *testing.T, e *env) {
 // the command runs on (its output in the logs), and its end stops the VM.
 func testRunDetached(t *testing.T, e *env) {
 	e.pull()
-	out := e.ok("run", "-d", "--name", "bg", image, "--", "sh", "-c", "echo detached-output; sleep 2")
+	out := e.ok("run", "-d", "--name", "bg", image, "--", "sh", "-c", "echo ran >> /runs; echo detached-output; sleep 2")
 	if strings.TrimSpace(out) != "bg" {
 		t.Errorf("run -d printed %q, want the name", out)
 	}
@@ -90,9 +90,12 @@ func testRunDetached(t *testing.T, e *env) {
 	if logs := e.ok("logs", "bg"); !strings.Contains(logs, "detached-output") {
 		t.Errorf("logs of bg lack the detached command's output: %q", logs)
 	}
-	// 'krunbox start' boots it again, and keeps what it had.
+	// 'krunbox start' boots it again, keeps what it had, and does not rerun
+	// the command.
 	e.ok("start", "bg")
-	e.ok("exec", "bg", "true")
+	if runs := e.ok("exec", "bg", "cat", "/runs"); runs != "ran\n" {
+		t.Errorf("after start, /runs holds %q: want the command run once, by run -d only", runs)
+	}
 	checkKrunboxError(t, e.krunbox("run", "-d", "-t", image, "true"), "-d")
 }
 
