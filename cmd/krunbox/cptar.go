@@ -145,8 +145,9 @@ func tarIn(ctx context.Context, c *hostapi.Client, r io.Reader, dst string, warn
 // tarName returns a tar entry's name relative to the destination, refusing
 // one that would leave it.
 func tarName(name string) (string, error) {
-	if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") || strings.Contains(name, "/../") || strings.HasSuffix(name, "/..") {
+	clean := path.Clean(name)
+	if path.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, "../") {
 		return "", fmt.Errorf("tar entry %q: leaves the destination", name)
 	}
-	return path.Clean(name), nil
+	return clean, nil
 }
