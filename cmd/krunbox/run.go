@@ -102,7 +102,7 @@ removes the network.
 	cmd.Flags().BoolVar(&rm, "rm", false, "remove the sandbox when the command ends (default: true unless --name is given)")
 	cmd.Flags().BoolVarP(&a.stdin, "interactive", "i", false, "stream stdin to the command")
 	cmd.Flags().BoolVarP(&a.tty, "tty", "t", false, "run the command on a terminal (with -i: raw mode, Ctrl-C goes to the guest)")
-	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start the command and print the sandbox's name; its output goes to 'krunbox logs NAME'")
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start the command and print the sandbox's name; its output goes to 'krunbox logs NAME' (an unnamed sandbox goes once the command ends, its logs with it: --name or --rm=false keeps it)")
 	cmd.Flags().StringVar(&entrypoint, "entrypoint", "", "run this program instead of the image's entrypoint and command (\"\": none, the command after IMAGE alone)")
 	return cmd
 }
