@@ -334,8 +334,14 @@ wait:
 	st.pid = 0 // the group may be gone and its id reused: no more signals
 	st.mu.Unlock()
 	close(leaderGone)
+	// Output nobody will read is dropped at once, but a detached main
+	// command's, which goes to the console.
+	dropOn := st.ctx.Done()
+	if c.detached(req) {
+		dropOn = nil
+	}
 	drainBy := time.Now().Add(drainIdle)
-	if st.ctx.Err() != nil {
+	if st.ctx.Err() != nil && dropOn != nil {
 		drainBy = time.Now()
 	}
 	for _, o := range outputs {
@@ -345,7 +351,7 @@ wait:
 	go func() { wg.Wait(); close(pumped) }()
 	select {
 	case <-pumped:
-	case <-st.ctx.Done():
+	case <-dropOn:
 		for _, o := range outputs {
 			o.f.SetReadDeadline(time.Now())
 		}
