@@ -14,7 +14,7 @@ import (
 func getSandbox(h *hostapi.Host, name string) (*hostapi.Sandbox, error) {
 	sb, err := h.Get(name)
 	if errors.Is(err, hostapi.ErrNotFound) {
-		return nil, withHint(err, "'krunbox ls' lists the sandboxes")
+		return nil, withHint(err, "'krunbox ls -a' lists the sandboxes")
 	}
 	return sb, err
 }
