@@ -66,6 +66,17 @@ var scenarios = []scenario{
 	{"ConfigLayers", testConfigLayers},
 	{"ImagesInUseAreKept", testImagesInUseAreKept},
 	{"HostBoundary", testHostBoundary},
+	{"RunOutlivesItsClient", testRunOutlivesItsClient},
+	{"TermEscalates", testTermEscalates},
+	{"RunDetached", testRunDetached},
+	{"SeveralNames", testSeveralNames},
+	{"PullFlag", testPullFlag},
+	{"ListAll", testListAll},
+	{"Entrypoint", testEntrypoint},
+	{"WorkdirMade", testWorkdirMade},
+	{"ExecSandboxRemoved", testExecSandboxRemoved},
+	{"CopyStopped", testCopyStopped},
+	{"CopyTar", testCopyTar},
 }
 
 // TestDouble runs every scenario with VMs on the libkrun test double.
@@ -140,7 +151,7 @@ func newEnv(t testing.TB, s *suite) *env {
 
 // cleanup removes every sandbox left, so that no VM outlives its test.
 func (e *env) cleanup() {
-	res := e.krunbox("ls", "-q")
+	res := e.krunbox("ls", "-a", "-q")
 	for _, name := range strings.Fields(res.stdout) {
 		if r := e.krunbox("rm", "-f", name); r.code != 0 {
 			e.t.Errorf("cleanup: rm -f %s: %s", name, r)
@@ -259,7 +270,7 @@ type lsEntry struct {
 func (e *env) ls() map[string]lsEntry {
 	e.t.Helper()
 	var entries []lsEntry
-	if err := json.Unmarshal([]byte(e.ok("ls", "--json")), &entries); err != nil {
+	if err := json.Unmarshal([]byte(e.ok("ls", "-a", "--json")), &entries); err != nil {
 		e.t.Fatal(err)
 	}
 	out := map[string]lsEntry{}
@@ -272,11 +283,14 @@ func (e *env) ls() map[string]lsEntry {
 // inspect returns krunbox inspect's JSON.
 func (e *env) inspect(name string) map[string]any {
 	e.t.Helper()
-	var v map[string]any
+	var v []map[string]any
 	if err := json.Unmarshal([]byte(e.ok("inspect", name)), &v); err != nil {
 		e.t.Fatal(err)
 	}
-	return v
+	if len(v) != 1 {
+		e.t.Fatalf("inspect %s: %d objects, want 1", name, len(v))
+	}
+	return v[0]
 }
 
 // processesOf returns the pids of the processes whose command line

@@ -22,6 +22,7 @@ type terminal struct {
 	master *os.File
 	slave  *os.File
 	out    syncbuf.Buffer
+	proc   *os.Process // krunbox
 	done   chan struct{}
 	code   int
 }
@@ -42,7 +43,7 @@ func (e *env) onTerminal(rows, cols uint16, args ...string) *terminal {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	term := &terminal{t: t, master: master, slave: slave, done: make(chan struct{})}
+	term := &terminal{t: t, master: master, slave: slave, proc: cmd.Process, done: make(chan struct{})}
 	go io.Copy(&term.out, master)
 	go func() {
 		cmd.Wait()

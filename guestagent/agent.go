@@ -3,14 +3,17 @@
 package guestagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +38,10 @@ type Options struct {
 	Sync bool
 	// Logger receives the agent's log; nil means slog.Default().
 	Logger *slog.Logger
+	// Console receives the output of a main command whose connection
+	// ended (see protocol.ExecRequest.Main): the VM's console in a VM; nil
+	// discards it.
+	Console io.Writer
 }
 
 // Agent serves the krunbox protocol: exec, files, health and shutdown.
@@ -43,6 +50,7 @@ type Agent struct {
 	sync     bool
 	version  string
 	log      *slog.Logger
+	console  io.Writer
 	reaper   *reaper
 	boot     protocol.BootTimes
 	mounts   []protocol.MountStatus
@@ -54,9 +62,11 @@ type Agent struct {
 	active     int       // requests that count as activity, in progress
 	lastActive time.Time // when the last of them ended
 	listeners  []net.Listener
+	answers    []func() // of the hosts that asked for the shutdown
 	conns      map[*conn]struct{}
 
 	shutdownOnce sync.Once
+	stopping     atomic.Bool   // set once shutting down
 	done         chan struct{} // closed once the agent has shut down
 }
 
@@ -91,6 +101,7 @@ func New(opts Options) (*Agent, error) {
 		sync:       opts.Sync,
 		version:    opts.Version,
 		log:        log,
+		console:    cmp.Or[io.Writer](opts.Console, io.Discard),
 		reaper:     r,
 		lastActive: time.Now(),
 		conns:      make(map[*conn]struct{}),
@@ -126,6 +137,12 @@ func (a *Agent) setup() {
 			a.log.Error("mount failed", "tag", m.Tag, "path", m.Path, "err", st.Error)
 		}
 		a.mounts = append(a.mounts, st)
+	}
+	// A missing working directory is made, as docker makes its WORKDIR.
+	if d := a.cfg.Workdir; d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			a.warn(fmt.Sprintf("create the working directory %s: %v", d, err))
+		}
 	}
 }
 
@@ -225,14 +242,25 @@ func (a *Agent) watchIdle(idle time.Duration) {
 func (a *Agent) Shutdown(grace time.Duration) { a.shutdown(grace, nil) }
 
 // shutdown is Shutdown; answer, when not nil, runs after the sync and
-// before Serve returns, to answer the host that asked.
+// before Serve returns, to answer the host that asked, also when another
+// shutdown (a main command's end, idleness) was under way.
 func (a *Agent) shutdown(grace time.Duration, answer func()) {
+	if answer != nil {
+		a.mu.Lock()
+		a.answers = append(a.answers, answer)
+		a.mu.Unlock()
+	}
 	a.shutdownOnce.Do(func() {
+		a.stopping.Store(true)
 		a.terminate(grace)
 		if a.sync {
 			unix.Sync()
 		}
-		if answer != nil {
+		a.mu.Lock()
+		answers := a.answers
+		a.answers = nil
+		a.mu.Unlock()
+		for _, answer := range answers {
 			answer()
 		}
 		a.mu.Lock()

@@ -4,6 +4,7 @@ package guestagent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -450,8 +451,14 @@ func (c *conn) sendFrom(st *stream, ch protocol.Channel, r io.Reader, limit int6
 			w.Add(uint32(n - m))
 		}
 		if m > 0 {
-			if err := c.sendData(st, ch, buf, m); err != nil {
-				return total, err
+			// A stream that ended while the read waited (its connection
+			// gone, maybe half-open and taking writes) gets nothing more.
+			err := st.ctx.Err()
+			if err == nil {
+				err = c.sendData(st, ch, buf, m)
+			}
+			if err != nil {
+				return total, &sendError{err: err, unsent: bytes.Clone(buf[protocol.HeaderSize : protocol.HeaderSize+m])}
 			}
 			total += int64(m)
 		}
@@ -464,6 +471,16 @@ func (c *conn) sendFrom(st *stream, ch protocol.Channel, r io.Reader, limit int6
 	}
 	return total, nil
 }
+
+// sendError is a failed send of sendFrom, with the bytes read that did not
+// go, for a caller that has somewhere else to put them.
+type sendError struct {
+	err    error
+	unsent []byte
+}
+
+func (e *sendError) Error() string { return e.err.Error() }
+func (e *sendError) Unwrap() error { return e.err }
 
 // errorFor describes err for the host: its errno class when it has one.
 func errorFor(op, path string, err error) *protocol.Error {

@@ -270,7 +270,8 @@ func (c *conn) exec(st *stream, req *protocol.ExecRequest) {
 	st.mu.Lock()
 	st.pid, st.master = pid, sio.tty
 	st.mu.Unlock()
-	if err := c.reply(st, protocol.TypeExecStarted, &protocol.ExecStarted{Pid: pid}, false); err != nil {
+	// A detached main command's stream ends here: the process is the VM's.
+	if err := c.reply(st, protocol.TypeExecStarted, &protocol.ExecStarted{Pid: pid}, req.Detach); err != nil {
 		st.abort(err)
 	}
 
@@ -292,11 +293,11 @@ func (c *conn) exec(st *stream, req *protocol.ExecRequest) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.pumpOutput(st, o.ch, o.f, leaderGone)
+			c.pumpOutput(st, o.ch, o.f, leaderGone, req)
 		}()
 	}
 	if req.Stdin || sio.tty != nil {
-		go c.pumpInput(st, sio.stdin, sio.tty != nil)
+		go c.pumpInput(st, sio.stdin, sio.tty != nil, req)
 	}
 
 	var timeout <-chan time.Time
@@ -307,22 +308,40 @@ func (c *conn) exec(st *stream, req *protocol.ExecRequest) {
 	}
 	var ws syscall.WaitStatus
 	timedOut := false
-	select {
-	case ws = <-exited:
-	case <-st.ctx.Done():
-		syscall.Kill(-pid, syscall.SIGKILL)
-		ws = <-exited
-	case <-timeout:
-		timedOut = true
-		syscall.Kill(-pid, syscall.SIGKILL)
-		ws = <-exited
+	cancelled := st.ctx.Done()
+wait:
+	for {
+		select {
+		case ws = <-exited:
+			break wait
+		case <-cancelled:
+			if c.detached(req) {
+				c.log.Info("the main command's connection ended: it keeps running", "pid", pid)
+				cancelled = nil
+				continue
+			}
+			syscall.Kill(-pid, syscall.SIGKILL)
+			ws = <-exited
+			break wait
+		case <-timeout:
+			timedOut = true
+			syscall.Kill(-pid, syscall.SIGKILL)
+			ws = <-exited
+			break wait
+		}
 	}
 	st.mu.Lock()
 	st.pid = 0 // the group may be gone and its id reused: no more signals
 	st.mu.Unlock()
 	close(leaderGone)
+	// Output nobody will read is dropped at once, but a detached main
+	// command's, which goes to the console.
+	dropOn := st.ctx.Done()
+	if c.detached(req) {
+		dropOn = nil
+	}
 	drainBy := time.Now().Add(drainIdle)
-	if st.ctx.Err() != nil {
+	if st.ctx.Err() != nil && dropOn != nil {
 		drainBy = time.Now()
 	}
 	for _, o := range outputs {
@@ -332,7 +351,7 @@ func (c *conn) exec(st *stream, req *protocol.ExecRequest) {
 	go func() { wg.Wait(); close(pumped) }()
 	select {
 	case <-pumped:
-	case <-st.ctx.Done():
+	case <-dropOn:
 		for _, o := range outputs {
 			o.f.SetReadDeadline(time.Now())
 		}
@@ -342,7 +361,40 @@ func (c *conn) exec(st *stream, req *protocol.ExecRequest) {
 	if st.in != nil {
 		st.in.CloseWithError(errStreamEnded, true)
 	}
-	c.reply(st, protocol.TypeExecExit, exitOf(ws, timedOut), true)
+	exit := exitOf(ws, timedOut)
+	exit.Shutdown = c.a.stopping.Load()
+	if !req.Detach {
+		c.reply(st, protocol.TypeExecExit, exit, true)
+	}
+	if req.Main {
+		go c.a.mainExited(c, exit)
+	}
+}
+
+// detached reports whether the process of an exec stream whose context
+// ended lives on: a main command started detached, or whose connection
+// ended (not one the host cancelled).
+func (c *conn) detached(req *protocol.ExecRequest) bool {
+	return req.Main && (req.Detach || c.ctx.Err() != nil)
+}
+
+// mainLinger bounds how long the agent waits, after the main command
+// exited, for the host that watched it to close its connection.
+const mainLinger = 5 * time.Second
+
+// mainExited shuts the agent down, which stops the VM, once the main
+// command has exited and the host that watched it on c has closed its
+// connection (having read the exit status), or after mainLinger.
+func (a *Agent) mainExited(c *conn, exit *protocol.ExecExit) {
+	t := time.NewTimer(mainLinger)
+	defer t.Stop()
+	select {
+	case <-c.ctx.Done():
+	case <-t.C:
+	}
+	fmt.Fprintf(a.console, "krunbox-agent: the main command exited with status %d: stopping the VM\n", exit.Code)
+	a.log.Info("main command exited, shutting down", "code", exit.Code)
+	a.Shutdown(protocol.DefaultShutdownGrace)
 }
 
 // exitOf describes how a process ended.
@@ -356,8 +408,13 @@ func exitOf(ws syscall.WaitStatus, timedOut bool) *protocol.ExecExit {
 	return e
 }
 
-// pumpOutput sends a process's output channel to the host.
-func (c *conn) pumpOutput(st *stream, ch protocol.Channel, f *os.File, leaderGone <-chan struct{}) {
+// pumpOutput sends a process's output channel to the host; that of a
+// main command whose connection ended goes to the agent's console.
+func (c *conn) pumpOutput(st *stream, ch protocol.Channel, f *os.File, leaderGone <-chan struct{}, req *protocol.ExecRequest) {
+	if req.Detach {
+		io.Copy(c.a.console, f)
+		return
+	}
 	_, err := c.sendFrom(st, ch, f, 0, outputChunk, func() {
 		select {
 		case <-leaderGone:
@@ -365,6 +422,20 @@ func (c *conn) pumpOutput(st *stream, ch protocol.Channel, f *os.File, leaderGon
 		default:
 		}
 	})
+	if err != nil && req.Main && !errors.Is(err, os.ErrDeadlineExceeded) {
+		// A failed send: the connection is ending, or the process is gone.
+		select {
+		case <-st.ctx.Done():
+		case <-leaderGone:
+		}
+		if c.detached(req) {
+			var se *sendError
+			if errors.As(err, &se) {
+				c.a.console.Write(se.unsent)
+			}
+			_, err = io.Copy(c.a.console, f)
+		}
+	}
 	if st.ctx.Err() == nil {
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, syscall.EIO) {
 			c.log.Debug("output ended", "stream", st.id, "channel", ch, "err", err)
@@ -374,12 +445,16 @@ func (c *conn) pumpOutput(st *stream, ch protocol.Channel, f *os.File, leaderGon
 }
 
 // pumpInput copies the host's stdin to the process. The host's EOF closes
-// a pipe, or sends ^D to a terminal.
-func (c *conn) pumpInput(st *stream, w *os.File, tty bool) {
+// a pipe, or sends ^D to a terminal; so does the end of the connection of
+// a main command.
+func (c *conn) pumpInput(st *stream, w *os.File, tty bool, req *protocol.ExecRequest) {
 	if st.in == nil {
 		return
 	}
 	_, err := st.in.WriteTo(w)
+	if err != nil && c.detached(req) {
+		err = nil
+	}
 	switch {
 	case err == nil && tty:
 		w.Write([]byte{eotByte})

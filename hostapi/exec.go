@@ -36,6 +36,12 @@ type Cmd struct {
 	// Timeout, when positive, makes the agent kill the process group that
 	// long after start; Wait then returns an *ExitError with TimedOut set.
 	Timeout time.Duration
+	// Main makes the process the sandbox's main command, as "krunbox run"
+	// does: the VM stops once it exits, whoever watches it. Losing the
+	// connection (a killed program, Client.Close) leaves it running, its
+	// stdin closed and its output going to the console log; cancelling
+	// ctx or Process.Close still kills it.
+	Main bool
 
 	// Stdin, when set, is copied to the process's stdin, which is then
 	// closed. When nil and OpenStdin is false, stdin is /dev/null.
@@ -99,6 +105,9 @@ type ExitError struct {
 	CoreDumped bool
 	// TimedOut is set when the agent killed it for Cmd.Timeout.
 	TimedOut bool
+	// SandboxStopped is set when the process ended while its sandbox was
+	// stopping (stopped, removed, idle), which terminates every process.
+	SandboxStopped bool
 	// Stderr is the collected stderr, when Run collected it.
 	Stderr []byte
 }
@@ -115,6 +124,9 @@ func (e *ExitError) Error() string {
 	}
 	if e.TimedOut {
 		s = "timed out: " + s
+	}
+	if e.SandboxStopped {
+		s += " (its sandbox stopped)"
 	}
 	return s
 }
@@ -251,34 +263,14 @@ func (c *Client) Start(ctx context.Context, cmd Cmd) (*Process, error) {
 	wantStdin := cmd.Stdin != nil || cmd.OpenStdin
 	req := &protocol.ExecRequest{
 		Argv: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, User: cmd.User, TTY: cmd.TTY,
-		Stdin: wantStdin, Timeout: cmd.Timeout,
+		Stdin: wantStdin, Timeout: cmd.Timeout, Main: cmd.Main,
 	}
 	st, err := s.open(protocol.TypeExec, req, wantStdin)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Args[0], err)
 	}
-	f, err := st.next(ctx)
+	started, err := execStarted(ctx, s, st, cmd.Args[0])
 	if err != nil {
-		st.cancel()
-		return nil, fmt.Errorf("start %s: %w", cmd.Args[0], err)
-	}
-	switch f.Type {
-	case protocol.TypeExecStarted:
-	case protocol.TypeError:
-		err := remoteError(f.Body)
-		var re *RemoteError
-		if errors.As(err, &re) && (re.Op == "exec" || re.Op == "chdir" || re.Op == "user") {
-			return nil, &StartError{Op: re.Op, Path: re.Path, Err: re}
-		}
-		return nil, fmt.Errorf("start %s: %w", cmd.Args[0], err)
-	default:
-		err := &ProtocolError{Msg: fmt.Sprintf("got %s, want exec-started", f.Type)}
-		s.fail(err)
-		return nil, err
-	}
-	var started protocol.ExecStarted
-	if err := protocol.Decode(f.Body, &started); err != nil {
-		s.fail(&ProtocolError{Msg: err.Error()})
 		return nil, err
 	}
 	p := &Process{Pid: started.Pid, st: st, stdout: st.out, stderr: st.errout, done: make(chan struct{})}
@@ -411,7 +403,7 @@ func (p *Process) Wait() error {
 		if p.exit.Code == 0 {
 			return nil
 		}
-		return &ExitError{Code: p.exit.Code, Signal: p.exit.Signal, CoreDumped: p.exit.CoreDumped, TimedOut: p.exit.TimedOut}
+		return &ExitError{Code: p.exit.Code, Signal: p.exit.Signal, CoreDumped: p.exit.CoreDumped, TimedOut: p.exit.TimedOut, SandboxStopped: p.exit.Shutdown}
 	}
 	if p.err != nil {
 		return p.err

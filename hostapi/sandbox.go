@@ -438,7 +438,7 @@ func (e *DeadError) Unwrap() error { return ErrNotRunning }
 
 // Hint says what to do.
 func (e *DeadError) Hint() string {
-	return fmt.Sprintf("see 'krunbox logs %s' and 'krunbox doctor'", e.Name)
+	return fmt.Sprintf("see 'krunbox logs %s' and 'krunbox doctor'; 'krunbox start %s' boots it again, with what its root file system holds", e.Name, e.Name)
 }
 
 // ErrNotRunning is wrapped by the errors reporting a sandbox whose VM does

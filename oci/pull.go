@@ -32,13 +32,16 @@ const (
 	PullNever PullPolicy = "never"
 )
 
-// ParsePullPolicy parses "if-missing", "always" or "never".
+// ParsePullPolicy parses "missing" (docker's name of if-missing),
+// "if-missing", "always" or "never".
 func ParsePullPolicy(s string) (PullPolicy, error) {
 	switch p := PullPolicy(s); p {
 	case PullIfMissing, PullAlways, PullNever:
 		return p, nil
+	case "missing":
+		return PullIfMissing, nil
 	}
-	return "", fmt.Errorf("pull policy %q: want if-missing, always or never", s)
+	return "", fmt.Errorf("pull policy %q: want missing, always or never", s)
 }
 
 // ProgressState is the state of one layer during a pull.
@@ -196,7 +199,7 @@ func (e *NotCachedError) Hint() string {
 	if !e.Platform.Equals(HostPlatform()) {
 		pull = "krunbox pull --platform " + e.Platform.String() + " " + e.Ref
 	}
-	return "pull it first (" + pull + "), or pull without --policy never"
+	return "pull it first (" + pull + "), or pull without --pull never"
 }
 
 // layerSpec is one layer to fetch and apply.

@@ -324,7 +324,7 @@ func (e *RegistryError) Hint() string {
 	case errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded):
 		return ""
 	case errors.As(e.Err, &dnsErr) || errors.As(e.Err, &opErr):
-		return "check the registry name (" + e.Registry + ") and the network; an image already in the cache needs no network: use --policy never"
+		return "check the registry name (" + e.Registry + ") and the network; an image already in the cache needs no network: use --pull never"
 	}
 	return ""
 }

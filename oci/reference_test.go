@@ -138,7 +138,7 @@ func TestRegistryErrorHint(t *testing.T) {
 		{"401", "ghcr.io", &transport.Error{StatusCode: http.StatusUnauthorized}, "log in with 'docker login ghcr.io' or 'podman login ghcr.io'"},
 		{"403", "ghcr.io", fmt.Errorf("get: %w", &transport.Error{StatusCode: http.StatusForbidden}), "docker login ghcr.io"},
 		{"401 from Docker Hub", name.DefaultRegistry, &transport.Error{StatusCode: http.StatusUnauthorized}, "'docker login docker.io'"},
-		{"unknown host", "nosuch.example", dns, "check the registry name (nosuch.example) and the network; an image already in the cache needs no network: use --policy never"},
+		{"unknown host", "nosuch.example", dns, "check the registry name (nosuch.example) and the network; an image already in the cache needs no network: use --pull never"},
 		{"connection refused", "127.0.0.1:1", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, "check the registry name (127.0.0.1:1)"},
 		{"cancelled", "ghcr.io", &net.OpError{Op: "dial", Net: "tcp", Err: context.Canceled}, ""},
 		{"404", "ghcr.io", &transport.Error{StatusCode: http.StatusNotFound}, ""},

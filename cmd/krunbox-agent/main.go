@@ -87,6 +87,7 @@ func run(args []string, started time.Duration) error {
 		Setup:   network == "vsock" || cfg.SetupOutsideVM,
 		Sync:    network == "vsock",
 		Logger:  log,
+		Console: os.Stdout,
 	})
 	if err != nil {
 		return err

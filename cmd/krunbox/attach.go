@@ -26,9 +26,10 @@ type attachFlags struct {
 const forcedKill = 3
 
 // attach runs cmd in the guest with the user's standard streams and
-// returns the process's exit code. Without -t, SIGINT, SIGTERM and SIGHUP
-// are forwarded to the guest process (the third SIGINT kills it). With -t
-// and -i on a terminal, the terminal is put in raw mode, so keys, Ctrl-C
+// returns the process's exit code. SIGINT, SIGTERM and SIGHUP are
+// forwarded to the guest process group (with -t, the guest's shell, which
+// may ignore them): the third SIGINT or SIGTERM kills it. With -t and -i
+// on a terminal, the terminal is put in raw mode, so keys, Ctrl-C
 // included, reach the guest's terminal as bytes; its size follows
 // SIGWINCH. The process is not tied to ctx: signals are its user's to give.
 func attach(ctx context.Context, c *hostapi.Client, cmd hostapi.Cmd, s *streams, f attachFlags) (int, error) {
@@ -80,8 +81,11 @@ func attach(ctx context.Context, c *hostapi.Client, cmd hostapi.Cmd, s *streams,
 					p.Resize(ws.Rows, ws.Cols)
 				}
 				continue
-			case syscall.SIGINT:
+			case syscall.SIGINT, syscall.SIGTERM:
 				if interrupts++; interrupts >= forcedKill {
+					// The signal first: a main command outlives a
+					// cancel that does not reach the agent.
+					p.Signal(syscall.SIGKILL)
 					kill()
 					continue
 				}
@@ -98,10 +102,10 @@ func exitCode(err error) (int, error) {
 	switch {
 	case err == nil:
 		return 0, nil
-	case errors.As(err, &ee):
+	case errors.As(err, &ee) && !ee.SandboxStopped:
 		return ee.Code, nil
 	case errors.Is(err, context.Canceled):
-		return 0, &codedError{err: fmt.Errorf("killed the guest process after %d interrupts", forcedKill), code: 128 + int(syscall.SIGKILL)}
+		return 0, &codedError{err: fmt.Errorf("killed the guest process after %d interrupts or terminations", forcedKill), code: 128 + int(syscall.SIGKILL)}
 	}
 	return 0, err
 }

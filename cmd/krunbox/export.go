@@ -12,7 +12,7 @@ func newExportCmd(s *streams) *cobra.Command {
 	var f imageFlags
 	var keepSetID bool
 	cmd := &cobra.Command{
-		Use:   "export [--platform P] [--policy P] [--keep-setid] REF DIR",
+		Use:   "export [--platform P] [--pull P] [--keep-setid] REF DIR",
 		Short: "Write the flattened root file system of an image to a directory",
 		Long: "Write the flattened root file system of an image (pulled first if needed) to DIR,\n" +
 			"which must not exist or be empty.\n\n" +

@@ -99,7 +99,7 @@ func TestPullErrors(t *testing.T) {
 		want string
 		hint string // in the hint line, when not empty
 	}{
-		{"never, not cached", []string{"pull", "--policy", "never", ref}, "not found", "krunbox pull " + ref + "), or pull without --policy never"},
+		{"never, not cached", []string{"pull", "--pull", "never", ref}, "not found", "krunbox pull " + ref + "), or pull without --pull never"},
 		{"bad policy", []string{"pull", "--policy", "sometimes", ref}, "pull policy", ""},
 		{"bad platform", []string{"pull", "--platform", "amd64", ref}, "platform", ""},
 		{"no such platform", []string{"pull", "--platform", "linux/s390x", ref}, "has no image for linux/s390x", "--platform"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"path/filepath"
 	"time"
 
@@ -39,30 +40,58 @@ type inspectPathsJSON struct {
 
 func newInspectCmd(s *streams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "inspect NAME",
-		Short: "Print a sandbox's configuration, image, state and paths as JSON",
-		Args:  exactArgs(1, "a sandbox name"),
+		Use:   "inspect NAME...",
+		Short: "Print sandboxes' configuration, image, state and paths as JSON",
+		Long: `inspect prints a JSON array with one object per sandbox named, as docker
+inspect does. A name that is not found is reported, the others are
+printed, and inspect fails.`,
+		Args: minArgs(1, "a sandbox name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sb, err := openSandbox(args[0])
+			h, err := hostapi.NewHost()
 			if err != nil {
 				return err
 			}
-			st, err := sb.Status(cmd.Context())
-			if err != nil {
+			outs := []inspectJSON{}
+			failed := false
+			for _, name := range args {
+				out, err := inspectSandbox(cmd.Context(), h, name)
+				if err != nil {
+					report(s.errOut, err)
+					failed = true
+					continue
+				}
+				outs = append(outs, *out)
+			}
+			if err := printJSON(s.out, outs); err != nil {
 				return err
 			}
-			git, err := sb.GitProtection()
-			if err != nil {
-				return err
+			if failed {
+				return exitStatus(ExitKrunbox)
 			}
-			out := inspectJSON{
-				Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Root: sb.Root(), Git: git, Status: st,
-				Paths: inspectPathsJSON{
-					Dir: sb.Dir(), Socket: sb.SocketPath(), Console: sb.ConsolePath(),
-					RunnerLog: filepath.Join(sb.Dir(), vmm.LogFile),
-				},
-			}
-			return printJSON(s.out, out)
+			return nil
 		},
 	}
+}
+
+// inspectSandbox returns what inspect prints of the sandbox called name.
+func inspectSandbox(ctx context.Context, h *hostapi.Host, name string) (*inspectJSON, error) {
+	sb, err := getSandbox(h, name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := sb.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	git, err := sb.GitProtection()
+	if err != nil {
+		return nil, err
+	}
+	return &inspectJSON{
+		Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Root: sb.Root(), Git: git, Status: st,
+		Paths: inspectPathsJSON{
+			Dir: sb.Dir(), Socket: sb.SocketPath(), Console: sb.ConsolePath(),
+			RunnerLog: filepath.Join(sb.Dir(), vmm.LogFile),
+		},
+	}, nil
 }

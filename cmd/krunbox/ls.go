@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -25,15 +26,19 @@ type sandboxJSON struct {
 }
 
 func newLsCmd(s *streams) *cobra.Command {
-	var asJSON, quiet bool
+	var asJSON, quiet, all bool
 	cmd := &cobra.Command{
-		Use:   "ls [--json] [-q]",
+		Use:   "ls [-a] [--json] [-q]",
 		Short: "List the sandboxes and their state",
 		Long: `ls lists the sandboxes: name, image, state, when created, workspace. The
 state is created (never started), running (its guest agent answers),
 starting, unresponsive (its VM runs but the agent does not answer),
-stopped (stopped when asked, or idle) or dead (its VM ended on its own or
-its runner was killed: --json says why).`,
+stopped (stopped when asked, idle, or its 'krunbox run' command ended) or
+dead (its VM ended on its own or its runner was killed: --json says why).
+
+As docker ps does, ls leaves out the sandboxes whose VM is not running
+(created and stopped) unless -a; dead ones are listed, so that they are
+seen. -q and --json list the same ones.`,
 		Aliases: []string{"list", "ps"},
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,12 +49,6 @@ its runner was killed: --json says why).`,
 			sbs, err := h.List()
 			if err != nil {
 				return err
-			}
-			if quiet {
-				for _, sb := range sbs {
-					fmt.Fprintln(s.out, sb.Name())
-				}
-				return nil
 			}
 			rows := make([]sandboxJSON, len(sbs))
 			var wg sync.WaitGroup
@@ -65,6 +64,17 @@ its runner was killed: --json says why).`,
 				})
 			}
 			wg.Wait()
+			if !all {
+				rows = slices.DeleteFunc(rows, func(r sandboxJSON) bool {
+					return r.State == hostapi.StateCreated || r.State == hostapi.StateStopped
+				})
+			}
+			if quiet {
+				for _, r := range rows {
+					fmt.Fprintln(s.out, r.Name)
+				}
+				return nil
+			}
 			if asJSON {
 				return printJSON(s.out, rows)
 			}
@@ -78,5 +88,6 @@ its runner was killed: --json says why).`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, with the runner's pid and why a sandbox is dead")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print the names only")
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "list every sandbox, created and stopped ones too")
 	return cmd
 }

@@ -24,7 +24,10 @@ type imageFlags struct {
 
 func (f *imageFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.platform, "platform", "", "platform to pick from multi-platform images, e.g. linux/arm64 (default: the host's)")
-	cmd.Flags().StringVar(&f.policy, "policy", string(oci.PullIfMissing), "pull policy: if-missing, always or never")
+	cmd.Flags().StringVar(&f.policy, "pull", "missing", "when to pull the image: missing (if not cached), always or never")
+	// The name it had before docker's: kept working, not shown.
+	cmd.Flags().StringVar(&f.policy, "policy", "missing", "")
+	cmd.Flags().MarkHidden("policy")
 	cmd.Flags().Int64Var(&f.maxBytes, "max-size", 0, "refuse images larger than this many bytes uncompressed (default 64 GiB)")
 	cmd.Flags().Int64Var(&f.maxEntries, "max-files", 0, "refuse images with more than this many files (default 4194304)")
 }
@@ -67,10 +70,10 @@ func openImageStore(opts ...oci.Option) (*oci.Store, error) {
 func newPullCmd(s *streams) *cobra.Command {
 	var f imageFlags
 	cmd := &cobra.Command{
-		Use:   "pull [--platform P] [--policy always|if-missing|never] REF",
+		Use:   "pull [--platform P] [--pull always|missing|never] REF",
 		Short: "Pull an image and flatten it into the image cache",
 		Long: "Pull an image and flatten it into a root file system in the image cache.\n" +
-			"A tag is resolved to a digest once: later pulls use the cache unless --policy always.\n\n" + oci.ReferenceHelp,
+			"A tag is resolved to a digest once: later pulls use the cache unless --pull always.\n\n" + oci.ReferenceHelp,
 		Args: exactArgs(1, "an image reference"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, opts, err := f.open(s)

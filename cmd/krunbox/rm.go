@@ -18,7 +18,8 @@ func newRmCmd(s *streams) *cobra.Command {
 image stays cached and shared directories are not touched. A running
 sandbox is refused unless -f, which stops it first. rm completes what an
 interrupted removal left, and removes a sandbox whose state is damaged
-with -f.`,
+with -f. Every name is tried, whatever happens to the others: each failure
+is reported, and rm fails if any did.`,
 		Args: minArgs(1, "a sandbox name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -26,12 +27,11 @@ with -f.`,
 			if err != nil {
 				return err
 			}
-			var gitErrs []error
-			for _, name := range args {
+			return eachName(s, args, func(name string) error {
 				sb, err := h.Get(name)
 				switch {
 				case errors.Is(err, hostapi.ErrNotFound):
-					return withHint(err, "'krunbox ls' lists the sandboxes")
+					return withHint(err, "'krunbox ls -a' lists the sandboxes")
 				case err != nil && !force:
 					return withHint(err, "'krunbox rm -f "+name+"' removes it anyway")
 				case err == nil && !force:
@@ -52,12 +52,9 @@ with -f.`,
 					return err
 				}
 				fmt.Fprintln(s.out, name)
-				if gitErr != nil {
-					gitErrs = append(gitErrs, gitErr)
-				}
-			}
-			// Removed all the same, but said, and not with success.
-			return errors.Join(gitErrs...)
+				// Removed all the same, but said, and not with success.
+				return gitErr
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "stop a running sandbox first; remove a damaged one")

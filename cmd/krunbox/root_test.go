@@ -34,7 +34,7 @@ func TestUsageErrorsExit125WithHint(t *testing.T) {
 		{"unknown command", []string{"no-such-command"}, `unknown command "no-such-command"`},
 		{"misspelt command", []string{"exce"}, `unknown command "exce"`},
 		{"extra args", []string{"version", "x"}, "takes no arguments"},
-		{"cp to a tar stream", []string{"cp", "sb:/etc/passwd", "-"}, "'-' (a tar stream on stdin or stdout) is not supported"},
+		{"cp between host paths", []string{"cp", "a", "b"}, "give exactly one of SRC and DST as NAME:PATH"},
 		{"bad log level", []string{"--log-level", "loud", "version"}, "log level"},
 	}
 	for _, tt := range tests {

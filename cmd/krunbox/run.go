@@ -15,8 +15,8 @@ import (
 	"github.com/krunbox/krunbox/hostapi"
 )
 
-// adhocIdleTimeout stops an ad-hoc VM left behind by a krunbox that was
-// killed: the VM is idle once its command is gone.
+// adhocIdleTimeout stops an ad-hoc VM left behind by a krunbox killed
+// before its command started (once started, the command's end stops it).
 const adhocIdleTimeout = time.Minute
 
 // cleanupTimeout bounds stopping and removing a sandbox after its command.
@@ -24,17 +24,32 @@ const cleanupTimeout = 30 * time.Second
 
 func newRunCmd(s *streams) *cobra.Command {
 	var (
-		f  sandboxFlags
-		a  attachFlags
-		rm bool
+		f          sandboxFlags
+		a          attachFlags
+		rm, detach bool
+		entrypoint string
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] [IMAGE] [--] [CMD [ARG...]]",
 		Short: "Run a command in a new microVM",
 		Long: `run creates a sandbox from IMAGE, boots its microVM, runs CMD in it (or the
 image's entrypoint and command; CMD replaces the image's command, not its
-entrypoint), then stops the VM and, unless it is named, removes it (--rm).
-IMAGE defaults to the configured image ('krunbox config').
+entrypoint; --entrypoint replaces both), then stops the VM and, unless it
+is named, removes it (--rm). IMAGE defaults to the configured image
+('krunbox config').
+
+The command is the sandbox's main command: the VM stops when it exits,
+whoever watches it. A krunbox run that is killed leaves it running to its
+end (its output then goes to the console log, 'krunbox logs'), and its
+sandbox is stopped then, and removed with --rm. -d starts it so: detached,
+printing the sandbox's name. 'krunbox start' of a sandbox made by
+'krunbox run --name' boots it again without rerunning the command: run
+commands in it with 'krunbox exec'.
+
+Signals: SIGINT, SIGTERM and SIGHUP are forwarded to the command's
+process group (with -t, to the guest shell, which may ignore them); the
+third SIGINT or SIGTERM kills it (SIGKILL; exit code 137), as docker's
+repeated Ctrl-C does. With -it, Ctrl-C is a key for the guest's terminal.
 
 Flags go before IMAGE: everything after it is the command. The exit code is
 the command's; 125 when krunbox itself failed, 126 when the command could
@@ -50,6 +65,9 @@ removes the network.
   krunbox run -v ~/data:/data:ro -e TOKEN --net none alpine -- ls /data`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if detach && (a.stdin || a.tty) {
+				return &usageError{err: errors.New("-d runs the command without your terminal: drop -i and -t")}
+			}
 			image, argv := splitImageCommand(cmd, args)
 			uc, _, err := loadConfig()
 			if err != nil {
@@ -70,7 +88,11 @@ removes the network.
 			if err != nil {
 				return err
 			}
-			return runInSandbox(cmd.Context(), h, cfg, argv, rm, s, a)
+			r := runner{argv: argv, rm: rm, detach: detach, attach: a}
+			if cmd.Flags().Changed("entrypoint") {
+				r.entrypoint = &entrypoint
+			}
+			return r.run(cmd.Context(), h, cfg, s)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
@@ -78,6 +100,8 @@ removes the network.
 	cmd.Flags().BoolVar(&rm, "rm", false, "remove the sandbox when the command ends (default: true unless --name is given)")
 	cmd.Flags().BoolVarP(&a.stdin, "interactive", "i", false, "stream stdin to the command")
 	cmd.Flags().BoolVarP(&a.tty, "tty", "t", false, "run the command on a terminal (with -i: raw mode, Ctrl-C goes to the guest)")
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start the command and print the sandbox's name; its output goes to 'krunbox logs NAME' (an unnamed sandbox goes once the command ends, its logs with it: --name or --rm=false keeps it)")
+	cmd.Flags().StringVar(&entrypoint, "entrypoint", "", "run this program instead of the image's entrypoint and command (\"\": none, the command after IMAGE alone)")
 	return cmd
 }
 
@@ -94,9 +118,19 @@ func splitImageCommand(cmd *cobra.Command, args []string) (image string, argv []
 	return image, argv
 }
 
-// runInSandbox is run: preflight, create, start, the command, then stop or
-// remove whatever happened.
-func runInSandbox(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, argv []string, rm bool, s *streams, a attachFlags) (err error) {
+// runner is what run does with the sandbox it makes.
+type runner struct {
+	argv []string
+	// entrypoint replaces the image's entrypoint and command when set.
+	entrypoint *string
+	rm, detach bool
+	attach     attachFlags
+}
+
+// run is run: preflight, create, start, the command, then stop or remove
+// whatever happened; with -d, start the command and leave it running.
+func (r runner) run(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, s *streams) (err error) {
+	rm, detached := r.rm, false
 	if err := cfg.Validate(); err != nil {
 		return createHint(err, cfg.Name)
 	}
@@ -108,6 +142,9 @@ func runInSandbox(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, argv
 		return createHint(err, cfg.Name)
 	}
 	defer func() {
+		if detached {
+			return
+		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		var cerr error
@@ -141,13 +178,30 @@ func runInSandbox(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, argv
 		}
 		return err
 	}
-	argv = imageCommand(sb.Image().Config, argv)
+	ic := sb.Image().Config
+	if r.entrypoint != nil {
+		ic.Entrypoint, ic.Cmd = nil, nil
+		if *r.entrypoint != "" {
+			ic.Entrypoint = []string{*r.entrypoint}
+		}
+	}
+	argv := imageCommand(ic, r.argv)
 	if len(argv) == 0 {
 		return &usageError{err: fmt.Errorf("image %s has no entrypoint or command: give one after the image", cfg.Image)}
 	}
 	c := sb.Client()
 	defer c.Close()
-	code, err := attach(ctx, c, hostapi.Cmd{Args: argv}, s, a)
+	main := hostapi.Cmd{Args: argv, Main: true}
+	if r.detach {
+		// Started, and left to the guest: the VM stops when it ends.
+		if _, err := c.Detach(ctx, main); err != nil {
+			return execError(ctx, sb, err)
+		}
+		detached = true
+		_, err := fmt.Fprintln(s.out, sb.Name())
+		return err
+	}
+	code, err := attach(ctx, c, main, s, r.attach)
 	if err != nil {
 		return execError(ctx, sb, err)
 	}
@@ -167,12 +221,20 @@ func imageCommand(ic hostapi.ImageConfig, args []string) []string {
 }
 
 // execError explains why a process could not run in sb: a command the
-// guest could not start (exit 126 or 127), or a sandbox that does not
-// answer (why: stopped, dead...).
+// guest could not start (exit 126 or 127), one its sandbox's stop ended
+// (its own exit code), or a sandbox that does not answer (why: stopped,
+// dead...).
 func execError(ctx context.Context, sb *hostapi.Sandbox, err error) error {
-	var se *hostapi.StartError
-	if errors.As(err, &se) {
+	var (
+		se *hostapi.StartError
+		ee *hostapi.ExitError
+	)
+	switch {
+	case errors.As(err, &se):
 		return notStartedError(err)
+	case errors.As(err, &ee) && ee.SandboxStopped:
+		// The command's own code (128+N when killed, as docker's), said.
+		return &codedError{err: fmt.Errorf("sandbox %s was stopped or removed while the command ran, which ended it (%s)", sb.Name(), ee.Error()), code: ee.Code}
 	}
 	if rerr := sb.CheckReady(context.WithoutCancel(ctx)); rerr != nil {
 		return rerr

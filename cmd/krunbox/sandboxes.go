@@ -14,7 +14,7 @@ import (
 func getSandbox(h *hostapi.Host, name string) (*hostapi.Sandbox, error) {
 	sb, err := h.Get(name)
 	if errors.Is(err, hostapi.ErrNotFound) {
-		return nil, withHint(err, "'krunbox ls' lists the sandboxes")
+		return nil, withHint(err, "'krunbox ls -a' lists the sandboxes")
 	}
 	return sb, err
 }
@@ -28,10 +28,10 @@ func openSandbox(name string) (*hostapi.Sandbox, error) {
 	return getSandbox(h, name)
 }
 
-// eachSandbox runs fn on the sandboxes called names, in order, printing
-// each name once done; it stops at the first error.
-func eachSandbox(h *hostapi.Host, w io.Writer, names []string, fn func(*hostapi.Sandbox) error) error {
-	for _, name := range names {
+// eachSandbox runs fn on the sandboxes called names, as eachName does,
+// printing each name once done.
+func eachSandbox(h *hostapi.Host, s *streams, names []string, fn func(*hostapi.Sandbox) error) error {
+	return eachName(s, names, func(name string) error {
 		sb, err := getSandbox(h, name)
 		if err != nil {
 			return err
@@ -39,7 +39,28 @@ func eachSandbox(h *hostapi.Host, w io.Writer, names []string, fn func(*hostapi.
 		if err := fn(sb); err != nil {
 			return err
 		}
-		fmt.Fprintln(w, name)
+		_, err = fmt.Fprintln(s.out, name)
+		return err
+	})
+}
+
+// eachName runs fn on each of names, in order, whatever happened to the
+// others, as docker does. With one name, its error is returned as it is;
+// with several, each error is reported on s.errOut as it comes, and the
+// command exits with ExitKrunbox once all are done if any failed.
+func eachName(s *streams, names []string, fn func(name string) error) error {
+	if len(names) == 1 {
+		return fn(names[0])
+	}
+	failed := false
+	for _, name := range names {
+		if err := fn(name); err != nil {
+			report(s.errOut, err)
+			failed = true
+		}
+	}
+	if failed {
+		return exitStatus(ExitKrunbox)
 	}
 	return nil
 }

@@ -16,7 +16,13 @@ its guest agent answers; a start that fails says why (the runner's exit
 status and log, the console's last lines, mounts the guest could not make)
 and leaves no VM running: a VM whose agent does not answer within the
 start timeout (config start_timeout, 60s by default) is stopped. Starts
-of one sandbox from several processes at once boot one VM.
+of one sandbox from several processes at once boot one VM. Every name is
+tried, whatever happens to the others: each failure is reported, and start
+fails if any did.
+
+start boots the sandbox and its guest agent only: the command of the
+'krunbox run' that made a sandbox is not run again ('krunbox exec' runs
+commands in it). What the guest wrote in its root file system is kept.
 
 Where the hooks and config your git runs in the workspace's .git could
 not be made read-only for the guest (no mount namespace: macOS, or Linux
@@ -30,7 +36,7 @@ they were at start, and refuses to go on when they changed: review what
 			if err != nil {
 				return err
 			}
-			return eachSandbox(h, s.out, args, func(sb *hostapi.Sandbox) error {
+			return eachSandbox(h, s, args, func(sb *hostapi.Sandbox) error {
 				if accept {
 					if err := sb.AcceptGitChanges(); err != nil {
 						return err

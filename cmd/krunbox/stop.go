@@ -16,7 +16,9 @@ func newStopCmd(s *streams) *cobra.Command {
 		Long: `stop asks each sandbox's guest to shut down (its processes get SIGTERM, then
 SIGKILL, and the file systems are synced), then, past the timeout (config
 stop_timeout), ends the VM. Stopping a stopped sandbox does nothing. The
-sandbox and its root file system stay: 'krunbox start' boots it again.`,
+sandbox and its root file system stay: 'krunbox start' boots it again.
+Every name is tried, whatever happens to the others: each failure is
+reported, and stop fails if any did.`,
 		Args: minArgs(1, "a sandbox name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("timeout") {
@@ -26,7 +28,7 @@ sandbox and its root file system stay: 'krunbox start' boots it again.`,
 			if err != nil {
 				return err
 			}
-			return eachSandbox(h, s.out, args, func(sb *hostapi.Sandbox) error { return sb.Stop(cmd.Context()) })
+			return eachSandbox(h, s, args, func(sb *hostapi.Sandbox) error { return sb.Stop(cmd.Context()) })
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "how long the guest may take to shut down before the VM is ended (default: config stop_timeout)")

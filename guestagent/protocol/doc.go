@@ -91,6 +91,13 @@
 // idle at most). The process runs in its own process group (session, with
 // a terminal); its environment is built from defaults, the config's Env
 // and the request's Env, never the agent's own.
+// A Main exec (ExecRequest.Main) is not tied to its connection: when the
+// connection ends the process keeps running, its stdin closed and its
+// output written to the agent's console; once it exits, the agent shuts
+// down as for Shutdown (after the host that watches it, if any, has
+// closed its connection, or a few seconds), which stops the VM. With
+// Detach, ExecStarted (FlagEnd) is the stream's last frame and the output
+// goes to the console from the start.
 //
 // ReadFile{ReadFileRequest}: Reply{FileInfo} (not FlagEnd), then the
 // content as Data on ChanOut, then EOF with FlagEnd (or Error).

@@ -146,6 +146,16 @@ type ExecRequest struct {
 	Stdin bool `json:"stdin,omitempty"`
 	// Timeout, when positive, kills the process group that long after start.
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
+	// Main makes the process the sandbox's main command ("krunbox run"):
+	// it outlives its connection (when the connection ends, its stdin is
+	// closed and its output goes to the agent's console), and when it
+	// exits the agent shuts down, which stops the VM. A Cancel frame still
+	// kills it.
+	Main bool `json:"main,omitempty"`
+	// Detach, with Main, leaves the process to the agent from the start:
+	// ExecStarted ends the stream, and its output goes to the console.
+	// It takes neither stdin nor a terminal.
+	Detach bool `json:"detach,omitempty"`
 }
 
 // Validate implements Request.
@@ -171,6 +181,9 @@ func (r *ExecRequest) Validate() error {
 	if r.Timeout < 0 {
 		return errors.New("exec: negative timeout")
 	}
+	if r.Detach && (!r.Main || r.Stdin || r.TTY != nil) {
+		return errors.New("exec: detach is for a main command without stdin or terminal")
+	}
 	return nil
 }
 
@@ -191,6 +204,9 @@ type ExecExit struct {
 	CoreDumped bool `json:"core_dumped,omitempty"`
 	// TimedOut is set when the agent killed the group for the timeout.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// Shutdown is set when the process ended while the agent was shutting
+	// down (the sandbox stopping), which terminates every process.
+	Shutdown bool `json:"shutdown,omitempty"`
 }
 
 // SignalRequest sends a signal to an exec's process group.

@@ -96,8 +96,13 @@ var settings = []setting{
 	{"network", "KRUNBOX_NETWORK", "tsi (the host's network) or none",
 		func(c *Config, v string) error { return oneOf(&c.Network, v, "tsi", "none") },
 		func(c *Config) string { return c.Network }},
-	{"pull_policy", "KRUNBOX_PULL_POLICY", "if-missing, always or never",
-		func(c *Config, v string) error { return oneOf(&c.PullPolicy, v, "if-missing", "always", "never") },
+	{"pull_policy", "KRUNBOX_PULL_POLICY", "missing (or if-missing), always or never",
+		func(c *Config, v string) error {
+			if v == "missing" { // docker's spelling
+				v = "if-missing"
+			}
+			return oneOf(&c.PullPolicy, v, "if-missing", "always", "never")
+		},
 		func(c *Config) string { return c.PullPolicy }},
 	{"platform", "KRUNBOX_PLATFORM", "image platform, os/arch[/variant]; empty for the host's",
 		func(c *Config, v string) error { c.Platform = v; return nil },
