@@ -33,15 +33,16 @@ result() {
 	echo "=== L1: $s $1 (${3}s)"
 }
 
-# gotest BINARY NAME: runs TestRealLibkrun/NAME of a Go test binary.
+# gotest BINARY NAME: runs TestRealLibkrun/NAME of a Go test binary; NAME may name a
+# subtest too (HostBoundary/BadImageEnv).
 gotest() {
-	log=$O/logs/$2.log
+	log=$O/logs/$(echo "$2" | tr / _).log
 	echo "$2" >>$O/progress
 	t0=$(date +%s)
 	timeout -s KILL $((DEADLINE + 30)) "$P/$1" -test.v -test.count 1 -test.timeout "${DEADLINE}s" \
-		-test.run "^TestRealLibkrun\$/^$2\$" >"$log" 2>&1
+		-test.run "^TestRealLibkrun\$/^$(echo "$2" | sed 's,/,$/^,g')\$" >"$log" 2>&1
 	rc=$?
-	result "$2" $rc $(($(date +%s) - t0)) "^    --- PASS: TestRealLibkrun/$2 " "^    --- SKIP: TestRealLibkrun/$2 " "$log"
+	result "$2" $rc $(($(date +%s) - t0)) "^ *--- PASS: TestRealLibkrun/$2 " "^ *--- SKIP: TestRealLibkrun/$2 " "$log"
 }
 
 echo "=== L1: group $GROUP ($KIND): $TESTS"

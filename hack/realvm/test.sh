@@ -212,7 +212,7 @@ for line in "${lines[@]}"; do
 	if [ -f "$out/results" ]; then
 		while read -r st name _; do
 			case $st in PASS | SKIP) continue ;; esac
-			log=$out/logs/${name#pi/}.log
+			log=$out/logs/$(echo "${name#pi/}" | tr / _).log
 			[ "$kind" = pi ] && log=$out/logs/pi.log
 			[ "$kind" = bench ] && log=$out/logs/${name%%:*}.log
 			[ -f "$log" ] && { echo "--- $st $kind/$name: tail of $log" >&2; tail -40 "$log" >&2; }
