@@ -70,7 +70,7 @@ func Parse(s string) (Spec, error) {
 		if s == "allow" {
 			return Spec{}, errors.New(`network "allow" needs rules: allow=RULE,... (a host name, *.domain, an IP or a CIDR, each optionally :PORT)`)
 		}
-		return Spec{}, fmt.Errorf("network %q: want none, public, open, tsi or allow=RULE,...", s)
+		return Spec{}, fmt.Errorf("network %q: want none, public, open, tsi or allow=RULE[,RULE]", s)
 	}
 	rules, err := ParseRules(strings.Split(list, ","))
 	if err != nil {
