@@ -60,6 +60,8 @@ var scenarios = []scenario{
 	{"IdleTimeout", testIdleTimeout},
 	{"LongStatePath", testLongStatePath},
 	{"Network", testNetwork},
+	{"NetStack", testNetStack},
+	{"NetRefusalsAndRules", testNetRefusalsAndRules},
 	{"Copy", testCopy},
 	{"Logs", testLogs},
 	{"Inspect", testInspect},

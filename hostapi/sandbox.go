@@ -485,6 +485,11 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 		Library:    s.host.libkrun,
 	}
 	spec.PortMap = cfg.Ports
+	if np, err := cfg.Network.Policy(); err != nil {
+		return nil, err
+	} else if np.UsesStack() {
+		ac.Net = guestNet()
+	}
 	for i, m := range s.rec.Mounts {
 		tag := mountTag(i)
 		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly})

@@ -172,7 +172,7 @@ func parseEnsure(raw json.RawMessage) (*ensureRequest, error) {
 		cfg.MemoryMiB = *c.MemoryMiB
 	}
 	if cfg.Network == "" {
-		cfg.Network = hostapi.NetworkTSI
+		cfg.Network = hostapi.NetworkPublic
 	}
 	if c.IdleTimeoutSec != nil {
 		if *c.IdleTimeoutSec < 0 {

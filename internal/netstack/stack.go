@@ -408,3 +408,30 @@ func header6Subnet() tcpip.Subnet {
 	s, _ := tcpip.NewSubnet(tcpip.AddrFrom16([16]byte{}), tcpip.MaskFromBytes(make([]byte, 16)))
 	return s
 }
+
+// Publish forwards each connection accepted on l to the guest's port, until
+// the stack stops.
+func (st *Stack) Publish(l net.Listener, port uint16) {
+	st.closers = append(st.closers, l)
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				ctx, cancel := context.WithTimeout(st.ctx, dialTimeout)
+				g, err := gonet.DialContextTCP(ctx, st.s, tcpip.FullAddress{NIC: nicID, Addr: tcpipAddr(GuestIPv4), Port: port}, ipv4.ProtocolNumber)
+				cancel()
+				if err != nil {
+					st.cfg.Log.Debug("network: published port", "port", port, "err", err)
+					c.Close()
+					return
+				}
+				relay(st.ctx, c, g)
+			}()
+		}
+	}()
+}

@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// netWorld is what the network scenarios reach: HTTP servers on the host's
+// loopback standing for the internet and for private hosts, and a DNS
+// server answering the test's names. Under the double, the runner's stack
+// is pointed at the DNS server and dials 198.51.100.N as 127.0.0.N
+// (vmm.TestDNSEnv, vmm.TestLoopbackEnv: honoured by the double only).
+type netWorld struct {
+	public  *hitServer // 127.0.0.2, seen by the guest as 198.51.100.2
+	private *hitServer // 127.0.0.3, reached by its real address only
+	mu      sync.Mutex
+	names   map[string][]string
+}
+
+type hitServer struct {
+	port string
+	hits atomic.Int32
+}
+
+func serveHits(t *testing.T, addr string) *hitServer {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("listen on %s: %v", addr, err)
+	}
+	h := &hitServer{port: strconv.Itoa(l.Addr().(*net.TCPAddr).Port)}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h.hits.Add(1)
+		w.Write([]byte("pong"))
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return h
+}
+
+func (w *netWorld) setName(name string, addrs ...string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.names[name] = addrs
+}
+
+func newNetWorld(t *testing.T, e *env) *netWorld {
+	w := &netWorld{public: serveHits(t, "127.0.0.2:0"), private: serveHits(t, "127.0.0.3:0"), names: map[string][]string{}}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var m dnsmessage.Message
+			if m.Unpack(buf[:n]) != nil || len(m.Questions) != 1 {
+				continue
+			}
+			q := m.Questions[0]
+			m.Response = true
+			w.mu.Lock()
+			addrs, ok := w.names[strings.TrimSuffix(q.Name.String(), ".")]
+			w.mu.Unlock()
+			if !ok {
+				m.RCode = dnsmessage.RCodeNameError
+			}
+			for _, a := range addrs {
+				ip := net.ParseIP(a)
+				h := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 1}
+				if ip4 := ip.To4(); ip4 != nil && q.Type == dnsmessage.TypeA {
+					m.Answers = append(m.Answers, dnsmessage.Resource{Header: h, Body: &dnsmessage.AResource{A: [4]byte(ip4)}})
+				} else if ip4 == nil && q.Type == dnsmessage.TypeAAAA {
+					m.Answers = append(m.Answers, dnsmessage.Resource{Header: h, Body: &dnsmessage.AAAAResource{AAAA: [16]byte(ip)}})
+				}
+			}
+			b, _ := m.Pack()
+			pc.WriteTo(b, from)
+		}
+	}()
+	e.extra = append(e.extra, "KRUNBOX_TEST_NET_DNS="+pc.LocalAddr().String(), "KRUNBOX_TEST_NET_LOOPBACK=1")
+	return w
+}
+
+// wget fetches url in a sandbox run with network net: its stdout and code.
+func wget(e *env, network, url string) result {
+	return e.krunbox("run", "--rm", "--net", network, image, "--", "wget", "-q", "-O", "-", url)
+}
+
+func testNetStack(t *testing.T, e *env) {
+	if e.suite.mode != double {
+		t.Skip("the network scenarios point the stack at test servers, which only the double allows")
+	}
+	e.pull()
+	w := newNetWorld(t, e)
+	w.setName("ok.test", "198.51.100.2")
+	w.setName("private.test", "10.0.0.5")
+	pub := "http://198.51.100.2:" + w.public.port + "/"
+
+	// public, the default: the internet (by address and by name) but no
+	// private address, not even through a name.
+	if r := e.krunbox("run", "--rm", image, "--", "wget", "-q", "-O", "-", "http://ok.test:"+w.public.port+"/"); r.code != 0 || r.stdout != "pong" {
+		t.Fatalf("public (default) by name: %s", r)
+	}
+	if r := wget(e, "public", "http://private.test:"+w.public.port+"/"); r.code == 0 {
+		t.Errorf("public: a name resolving to 10.0.0.5 was reached: %s", r)
+	}
+	// The host (the gateway stands for its loopback): only open reaches it.
+	local := serveHits(t, "127.0.0.1:0")
+	host := "http://192.168.127.1:" + local.port + "/"
+	if r := wget(e, "public", host); r.code == 0 || local.hits.Load() != 0 {
+		t.Errorf("public: the host's loopback was reached: %s", r)
+	}
+	if r := wget(e, "open", host); r.code != 0 || r.stdout != "pong" {
+		t.Errorf("open: want the host's loopback reached: %s", r)
+	}
+	// allow: only what the rules name, by the names they name.
+	allow := "allow=ok.test:" + w.public.port
+	if r := wget(e, allow, "http://ok.test:"+w.public.port+"/"); r.code != 0 || r.stdout != "pong" {
+		t.Errorf("allow: ok.test: %s", r)
+	}
+	if r := wget(e, allow, pub); r.code == 0 {
+		t.Errorf("allow: the address without the name was reached: %s", r)
+	}
+	w.setName("other.test", "198.51.100.2")
+	if r := wget(e, allow, "http://other.test:"+w.public.port+"/"); r.code == 0 {
+		t.Errorf("allow: other.test was reached: %s", r)
+	}
+	// An allowed name on another port.
+	if r := wget(e, "allow=ok.test:1", "http://ok.test:"+w.public.port+"/"); r.code == 0 {
+		t.Errorf("allow: ok.test on a port not allowed was reached: %s", r)
+	}
+	// none: no interface.
+	if r := wget(e, "none", pub); r.code == 0 {
+		t.Errorf("none: %s", r)
+	}
+	// The guest's interface, as the agent set it up.
+	r := e.krunbox("run", "--rm", image, "--", "sh", "-c", "ip -o addr show eth0 | grep -c 'inet 192.168.127.2/24\\|inet6 fd7b:6b62:6f78::2/64'; ip route | grep -c default; grep -c nameserver /etc/resolv.conf")
+	if r.code != 0 || r.stdout != "2\n1\n1\n" {
+		t.Errorf("the guest's eth0: want an IPv4 and an IPv6 address, a default route and a name server: %s", r)
+	}
+}
+
+func testNetRefusalsAndRules(t *testing.T, e *env) {
+	if e.suite.mode != double {
+		t.Skip("the network scenarios point the stack at test servers, which only the double allows")
+	}
+	e.pull()
+	w := newNetWorld(t, e)
+	w.setName("ok.test", "198.51.100.2")
+	w.setName("later.test", "198.51.100.2")
+	if r := e.krunbox("create", "--net", "allow=ok.test", "--name", "nb", image); r.code != 0 {
+		t.Fatalf("create: %s", r)
+	}
+	if r := e.krunbox("start", "nb"); r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	url := "http://later.test:" + w.public.port + "/"
+	if r := e.krunbox("exec", "nb", "wget", "-q", "-O", "-", url); r.code == 0 {
+		t.Fatalf("later.test reached before it was allowed: %s", r)
+	}
+	r := e.krunbox("logs", "--net", "nb")
+	if r.code != 0 || !strings.Contains(r.stdout, "refused dns later.test") {
+		t.Errorf("logs --net: want the refused DNS question: %s", r)
+	}
+	if r := e.krunbox("network", "nb", "allow", "later.test"); r.code != 0 || !strings.Contains(r.stdout, "later.test") {
+		t.Fatalf("network allow: %s", r)
+	}
+	if r := e.krunbox("exec", "nb", "wget", "-q", "-O", "-", url); r.code != 0 || r.stdout != "pong" {
+		t.Errorf("later.test after network allow: %s", r)
+	}
+	if r := e.krunbox("network", "nb", "deny", "later.test"); r.code != 0 || strings.Contains(r.stdout, "later.test") {
+		t.Fatalf("network deny: %s", r)
+	}
+	if r := e.krunbox("exec", "nb", "wget", "-q", "-O", "-", url); r.code == 0 {
+		t.Errorf("later.test after network deny: %s", r)
+	}
+	checkKrunboxError(t, e.krunbox("network", "nb", "allow", "bad rule"), "not allowed in a host name")
+	// A malformed rule at create: a clear error, exit 125.
+	checkKrunboxError(t, e.krunbox("create", "--net", "allow=ok.test:99999", image), "port")
+	checkKrunboxError(t, e.krunbox("run", "--net", "allow=*.com", image, "true"), "wildcard")
+}
