@@ -190,4 +190,10 @@ func testNetRefusalsAndRules(t *testing.T, e *env) {
 	// A malformed rule at create: a clear error, exit 125.
 	checkKrunboxError(t, e.krunbox("create", "--net", "allow=ok.test:99999", image), "port")
 	checkKrunboxError(t, e.krunbox("run", "--net", "allow=*.com", image, "true"), "wildcard")
+	// A libkrun without virtio-net: the stack's modes say so; tsi runs.
+	e.extra = append(e.extra, "TESTKRUN_NO_NET=1")
+	checkKrunboxError(t, e.krunbox("run", "--rm", image, "true"), "no virtio-net")
+	if r := e.krunbox("run", "--rm", "--net", "tsi", image, "true"); r.code != 0 {
+		t.Errorf("tsi without NET: %s", r)
+	}
 }

@@ -604,7 +604,7 @@ var ErrNoNet = errors.New("this libkrun has no virtio-net (it was built without 
 // implicit TSI off. libkrun takes fd over.
 func (c *Context) AddNetUnixstream(fd int, mac [6]byte, features uint32) error {
 	const fn = "krun_add_net_unixstream"
-	if !c.lib.Has(fn) {
+	if ok, err := c.lib.HasFeature(FeatureNet); !c.lib.Has(fn) || err == nil && !ok {
 		return fmt.Errorf("%s: %w", fn, ErrNoNet)
 	}
 	return check(fn, c.lib.b.netFd(fn, c.id, int32(fd), mac, features, 0))

@@ -501,7 +501,7 @@ func TestServeEnsureParams(t *testing.T) {
 		{"missing workspace", map[string]any{"name": "sb", "workspace": filepath.Join(ws, "missing"), "config": map[string]any{"image": "alpine"}}, codeInvalidConfig},
 		{"cpus 0", ensure(map[string]any{"cpus": 0}), codeInvalidConfig},
 		{"memory 64", ensure(map[string]any{"memoryMiB": 64}), codeInvalidConfig},
-		{"network", ensure(map[string]any{"network": "open"}), codeInvalidConfig},
+		{"network", ensure(map[string]any{"network": "wide"}), codeInvalidConfig},
 		{"pull", ensure(map[string]any{"pull": "sometimes"}), codeInvalidConfig},
 		{"idle timeout", ensure(map[string]any{"idleTimeoutSec": -1}), codeInvalidConfig},
 		{"relative mount", ensure(map[string]any{"mounts": []any{map[string]any{"host": "rel"}}}), codeInvalidConfig},
@@ -535,7 +535,7 @@ func TestServeEnsureParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := hostapi.Config{Name: "sb", Image: "alpine", PullPolicy: "never", CPUs: hostapi.DefaultCPUs, MemoryMiB: hostapi.DefaultMemoryMiB,
-		Workspace: ws, Network: hostapi.NetworkTSI, Mounts: []hostapi.Mount{{HostPath: other, GuestPath: other, ReadOnly: true}},
+		Workspace: ws, Network: hostapi.NetworkPublic, Mounts: []hostapi.Mount{{HostPath: other, GuestPath: other, ReadOnly: true}},
 		Env: []string{"A=1", "B=2"}, IdleTimeout: time.Minute}
 	if got := req.cfg; fmt.Sprint(got) != fmt.Sprint(want) || req.startTimeout != defaultStartTimeout {
 		t.Errorf("config\n got %+v\nwant %+v", got, want)

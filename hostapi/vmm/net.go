@@ -54,15 +54,15 @@ func configureNet(ctx *krun.Context, lib *krun.Library, spec *Spec) (*os.File, e
 	if err != nil || !np.UsesStack() {
 		return nil, err
 	}
-	if ok, err := lib.HasFeature(krun.FeatureNet); err == nil && !ok || !lib.Has("krun_add_net_unixstream") {
-		return nil, fmt.Errorf("network %s: %w", np.Mode, krun.ErrNoNet)
-	}
-	// No TSI whatever the library's defaults: only the device.
-	if err := ctx.DisableImplicitVsock(); err != nil {
-		return nil, fmt.Errorf("network %s: %w", np.Mode, err)
-	}
-	if err := ctx.AddVsock(0); err != nil {
-		return nil, fmt.Errorf("network %s: %w", np.Mode, err)
+	// No TSI: a net device turns libkrun's implicit TSI off; where the
+	// library can say so (1.17), say it too.
+	if lib.Has("krun_disable_implicit_vsock") && lib.Has("krun_add_vsock") {
+		if err := ctx.DisableImplicitVsock(); err != nil {
+			return nil, fmt.Errorf("network %s: %w", np.Mode, err)
+		}
+		if err := ctx.AddVsock(0); err != nil {
+			return nil, fmt.Errorf("network %s: %w", np.Mode, err)
+		}
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
