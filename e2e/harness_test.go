@@ -62,6 +62,7 @@ var scenarios = []scenario{
 	{"Network", testNetwork},
 	{"NetStack", testNetStack},
 	{"NetRefusalsAndRules", testNetRefusalsAndRules},
+	{"NetProtocols", testNetProtocols},
 	{"Copy", testCopy},
 	{"Logs", testLogs},
 	{"Inspect", testInspect},

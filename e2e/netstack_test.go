@@ -197,3 +197,109 @@ func testNetRefusalsAndRules(t *testing.T, e *env) {
 		t.Errorf("tsi without NET: %s", r)
 	}
 }
+
+func testNetProtocols(t *testing.T, e *env) {
+	if e.suite.mode != double {
+		t.Skip("the network scenarios point the stack at test servers, which only the double allows")
+	}
+	e.pull()
+	w := newNetWorld(t, e)
+
+	// DNS rebinding: the name the guest resolved to a public address
+	// now resolves to a private one; the stack checks the address the
+	// guest connects to, every time.
+	w.setName("rebind.test", "198.51.100.2")
+	url := "http://rebind.test:" + w.public.port + "/"
+	r := e.krunbox("run", "--rm", image, "--", "wget", "-q", "-O", "-", url)
+	if r.stdout != "pong" || w.public.hits.Load() != 1 {
+		t.Fatalf("rebinding, first fetch: %s (%d hits)", r, w.public.hits.Load())
+	}
+	w.setName("rebind.test", "10.0.0.5")
+	r = e.krunbox("run", "--rm", image, "--", "wget", "-q", "-O", "-", url)
+	if r.code == 0 || w.public.hits.Load() != 1 {
+		t.Errorf("rebinding to 10.0.0.5: %s", r)
+	}
+
+	// UDP: to a public address through the stack, both ways (busybox's
+	// tftp client; the server answers every datagram with a TFTP error
+	// whose message the client prints).
+	pc, err := net.ListenPacket("udp", "127.0.0.2:0")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer pc.Close()
+	var udpHits atomic.Int32
+	go func() {
+		buf := make([]byte, 600)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			udpHits.Add(1)
+			pc.WriteTo([]byte("\x00\x05\x00\x01udp-answer\x00"), from)
+		}
+	}()
+	uport := strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
+	r = e.krunbox("run", "--rm", image, "--", "tftp", "-g", "-r", "f", "-l", "/tmp/f", "198.51.100.2", uport)
+	if !strings.Contains(r.stderr, "udp-answer") {
+		t.Errorf("UDP to a public address: want the server's answer: %s", r)
+	}
+	before := udpHits.Load()
+	r = e.krunbox("run", "--rm", image, "--", "timeout", "3", "tftp", "-g", "-r", "f", "-l", "/tmp/f", "10.0.0.5", uport)
+	if r.code == 0 || udpHits.Load() != before {
+		t.Errorf("UDP to a private address: %s", r)
+	}
+	// ICMP: the gateway answers; nothing else is forwarded.
+	r = e.krunbox("run", "--rm", image, "--", "sh", "-c", "ping -c 1 -W 2 192.168.127.1 >/dev/null; echo $?; ping -c 1 -W 1 198.51.100.2 >/dev/null; echo $?")
+	if r.stdout != "0\n1\n" {
+		t.Errorf("ICMP: want the gateway to answer and nothing else: %s", r)
+	}
+	// IPv6: the host's ::1 through the gateway under open; a ULA refused
+	// under public.
+	l6, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("pong6")) })}
+	go srv.Serve(l6)
+	defer srv.Close()
+	p6 := strconv.Itoa(l6.Addr().(*net.TCPAddr).Port)
+	if r := wget(e, "open", "http://[fd7b:6b62:6f78::1]:"+p6+"/"); r.code != 0 || r.stdout != "pong6" {
+		t.Errorf("IPv6 under open: %s", r)
+	}
+	if r := wget(e, "public", "http://[fd7b:6b62:6f78::1]:"+p6+"/"); r.code == 0 {
+		t.Errorf("IPv6 to the host under public: %s", r)
+	}
+
+	// A published port binds 127.0.0.1 unless an address is given.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	if r := e.krunbox("create", "--name", "web", "-p", hp+":8080", image); r.code != 0 {
+		t.Fatalf("create -p: %s", r)
+	}
+	if r := e.krunbox("start", "web"); r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	if r := e.krunbox("exec", "web", "sh", "-c", "mkdir -p /www && echo served > /www/index.html && httpd -p 8080 -h /www"); r.code != 0 {
+		t.Fatalf("httpd: %s", r)
+	}
+	resp, err := http.Get("http://127.0.0.1:" + hp + "/")
+	if err != nil {
+		t.Fatalf("published port: %v", err)
+	}
+	body := make([]byte, 100)
+	n, _ := resp.Body.Read(body)
+	resp.Body.Close()
+	if string(body[:n]) != "served\n" {
+		t.Errorf("published port: got %q", body[:n])
+	}
+	if c, err := net.Dial("tcp", "127.0.0.2:"+hp); err == nil {
+		c.Close()
+		t.Errorf("the published port answers on 127.0.0.2 too: want 127.0.0.1 only")
+	}
+}
