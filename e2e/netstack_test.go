@@ -187,6 +187,12 @@ func testNetRefusalsAndRules(t *testing.T, e *env) {
 		t.Errorf("later.test after network deny: %s", r)
 	}
 	checkKrunboxError(t, e.krunbox("network", "nb", "allow", "bad rule"), "not allowed in a host name")
+	if r := e.krunbox("network", "nb", "allow", "kept.test:8080"); r.code != 0 {
+		t.Fatalf("network allow: %s", r)
+	}
+	if r := e.krunbox("inspect", "nb"); !strings.Contains(r.stdout, `"network": "allow=ok.test,kept.test:8080"`) {
+		t.Errorf("inspect after network allow: want the rule recorded: %s", r)
+	}
 	// A malformed rule at create: a clear error, exit 125.
 	checkKrunboxError(t, e.krunbox("create", "--net", "allow=ok.test:99999", image), "port")
 	checkKrunboxError(t, e.krunbox("run", "--net", "allow=*.com", image, "true"), "wildcard")

@@ -27,9 +27,11 @@ func guestNet() *protocol.NetConfig {
 // ChangeNetwork changes the rules of a running sandbox whose network is
 // allow=...: op "allow" adds rules (a rule for a host or prefix already
 // there replaces it), "deny" removes the rules for the hosts or prefixes
-// given. It returns the network setting after the change. The change lasts
-// until the VM stops; the sandbox's configuration is not changed.
-func (s *Sandbox) ChangeNetwork(ctx context.Context, op string, rules []string) (string, error) {
+// given. It returns the network setting after the change, which is also
+// recorded in the sandbox's configuration: it holds at the next start
+// (this Sandbox value keeps reporting the configuration it was opened
+// with; [Host.Get] returns the new one).
+func (s *Sandbox) ChangeNetwork(_ context.Context, op string, rules []string) (string, error) {
 	switch op {
 	case "allow", "deny":
 	default:
@@ -38,6 +40,14 @@ func (s *Sandbox) ChangeNetwork(ctx context.Context, op string, rules []string) 
 	n, err := vmm.ChangeNetwork(s.Dir(), op, rules)
 	if err != nil {
 		return "", fmt.Errorf("sandbox %s: %w", s.name, err)
+	}
+	rec, err := readRecord(s.Dir())
+	if err == nil {
+		rec.Config.Network = Network(n)
+		err = writeRecord(s.Dir(), rec)
+	}
+	if err != nil {
+		return n, fmt.Errorf("sandbox %s: the network changed to %s, but it could not be recorded for the next start: %w", s.name, n, err)
 	}
 	return n, nil
 }

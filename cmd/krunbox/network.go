@@ -14,7 +14,8 @@ func newNetworkCmd(s *streams) *cobra.Command {
 allow=RULE,...: "allow" adds rules (a host name, *.domain, an IP or a CIDR,
 each optionally :PORT or :PORT+PORT), "deny" removes the rules for the hosts
 or prefixes given. Connections already open stay open. It prints the
-network setting after the change; the change lasts until the VM stops.`,
+network setting after the change, which the sandbox keeps at its next
+start.`,
 		Args: cobra.MinimumNArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sb, err := openSandbox(args[0])
