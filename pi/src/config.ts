@@ -24,7 +24,8 @@ export interface KrunboxConfig {
   pull: "missing" | "always" | "never";
   cpus: number;
   memory_mib: number;
-  network: "tsi" | "none";
+  /** "public" (default), "allow=RULE,...", "open", "tsi" or "none" (krunbox --net). */
+  network: string;
   /** Stop the VM after this long without tool calls; 0 = never. */
   idle_timeout_sec: number;
   /** Stop the sandbox when pi exits (default: keep it for the next session). */
@@ -62,7 +63,7 @@ export const DEFAULTS: Readonly<KrunboxConfig> = Object.freeze({
   pull: "missing",
   cpus: 2,
   memory_mib: 2048,
-  network: "tsi",
+  network: "public",
   idle_timeout_sec: 1800,
   stop_on_exit: false,
   start_timeout_sec: 120,
@@ -102,7 +103,6 @@ const KINDS: Record<ConfigKey, Kind> = {
 
 const ENUMS: Partial<Record<ConfigKey, readonly string[]>> = {
   pull: ["missing", "always", "never"],
-  network: ["tsi", "none"],
   fallback: ["none", "host"],
 };
 
@@ -187,6 +187,9 @@ function checkValue(key: ConfigKey, value: unknown, origin: string): unknown {
       if (typeof value !== "string" || value === "") throw new ConfigError(`${where}: want a non-empty string, got ${JSON.stringify(value)}`);
       const allowed = ENUMS[key];
       if (allowed && !allowed.includes(value)) throw new ConfigError(`${where}: want one of ${allowed.join(", ")}, got ${JSON.stringify(value)}`);
+      if (key === "network" && !validNetwork(value)) {
+        throw new ConfigError(`${where}: want public, allow=RULE,..., open, tsi or none, got ${JSON.stringify(value)}`);
+      }
       if (key === "shell" && value !== "auto" && !path.posix.isAbsolute(value)) {
         throw new ConfigError(`${where}: want "auto" or an absolute guest path, got ${JSON.stringify(value)}`);
       }
@@ -338,6 +341,21 @@ export function projectConfigFile(workspace: string): string {
   return path.join(workspace, ".pi", "krunbox.toml");
 }
 
+const REACH_ALLOW = 1;
+
+/** How far a network setting reaches: none < allow= < public < open, tsi. */
+export function networkReach(n: string): number {
+  if (n === "none") return 0;
+  if (n.startsWith("allow=")) return REACH_ALLOW;
+  if (n === "public") return 2;
+  return 3;
+}
+
+/** A network setting krunbox takes (the rules themselves are checked by krunbox). */
+export function validNetwork(n: string): boolean {
+  return ["none", "public", "open", "tsi"].includes(n) || /^allow=[^\s]+$/.test(n);
+}
+
 function mountKey(m: MountConfig): string {
   return `${m.host}\u0000${m.guest ?? m.host}`;
 }
@@ -362,7 +380,8 @@ export function narrowProject(base: KrunboxConfig, project: Layer, origin: strin
         else out[k] = v;
         break;
       case "network":
-        if (v === "tsi" && base.network === "none") refuse(`network = "tsi"`, "would give the VM a network");
+        if (networkReach(v as string) > networkReach(base.network) || (networkReach(v as string) === REACH_ALLOW && v !== base.network && base.network.startsWith("allow=")))
+          refuse(`network = "${v}"`, `would widen the network (${base.network})`);
         else out.network = v;
         break;
       case "fallback":

@@ -166,8 +166,10 @@ async function parseEnsure(p: Record<string, unknown>): Promise<{ name: string; 
   if (!Number.isInteger(cpus) || (cpus as number) < 1) throw new ServeError(1012, `config.cpus ${cpus}: want an integer ≥ 1`);
   const memoryMiB = c.memoryMiB ?? 2048;
   if (!Number.isInteger(memoryMiB) || (memoryMiB as number) < 128) throw new ServeError(1012, `config.memoryMiB ${memoryMiB}: want an integer ≥ 128`);
-  const network = c.network ?? "tsi";
-  if (network !== "tsi" && network !== "none") throw new ServeError(1012, `config.network ${JSON.stringify(network)}: want "tsi" or "none"`);
+  const network = String(c.network ?? "public");
+  if (!["public", "open", "tsi", "none"].includes(network) && !/^allow=\S+$/.test(network)) {
+    throw new ServeError(1012, `config.network ${JSON.stringify(network)}: want public, allow=RULE,..., open, tsi or none`);
+  }
   const pull = c.pull ?? "missing";
   if (!["missing", "always", "never"].includes(pull as string)) throw new ServeError(1012, `config.pull ${JSON.stringify(pull)}: want missing, always or never`);
   const idleTimeoutSec = c.idleTimeoutSec ?? 0;
