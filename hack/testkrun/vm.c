@@ -637,15 +637,31 @@ static void *net_to_sock(void *arg)
 static void *net_to_tap(void *arg)
 {
 	struct net_link *l = arg;
-	char buf[65536];
+	/* Read in large chunks and cut the frames out: one read for many
+	 * frames, as a virtio queue carries many. */
+	static char buf[1 << 20];
+	size_t have = 0;
 	for (;;) {
-		uint32_t len;
-		if (!full_io(l->sock, (char *)&len, 4, true))
+		ssize_t n = read(l->sock, buf + have, sizeof(buf) - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
 			return NULL;
-		len = ntohl(len);
-		if (len > sizeof(buf) || !full_io(l->sock, buf, len, true))
-			return NULL;
-		(void)!write(l->tap, buf, len); /* a frame the TAP refuses is dropped */
+		have += (size_t)n;
+		size_t off = 0;
+		while (have - off >= 4) {
+			uint32_t len;
+			memcpy(&len, buf + off, 4);
+			len = ntohl(len);
+			if (len > 65536)
+				return NULL;
+			if (have - off - 4 < len)
+				break;
+			(void)!write(l->tap, buf + off + 4, len); /* a frame the TAP refuses is dropped */
+			off += 4 + len;
+		}
+		memmove(buf, buf + off, have - off);
+		have -= off;
 	}
 }
 

@@ -128,6 +128,14 @@ func Start(conn net.Conn, cfg Config) (*Stack, error) {
 	})
 	sack := tcpip.TCPSACKEnabled(true)
 	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	// Buffers large enough for a fast local link (gvisor's defaults are
+	// sized for a netstack serving a slow one).
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
+	moderate := tcpip.TCPModerateReceiveBufferOption(true)
+	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &moderate)
 	st.s.SetTransportProtocolHandler(tcp.ProtocolNumber, tcp.NewForwarder(st.s, 0, 1024, st.forwardTCP).HandlePacket)
 	st.s.SetTransportProtocolHandler(udp.ProtocolNumber, udp.NewForwarder(st.s, st.forwardUDP).HandlePacket)
 	if err := st.serveDNS(); err != nil {
