@@ -60,6 +60,7 @@ var scenarios = []scenario{
 	{"IdleTimeout", testIdleTimeout},
 	{"LongStatePath", testLongStatePath},
 	{"Network", testNetwork},
+	{"NetHost", testNetHost},
 	{"NetStack", testNetStack},
 	{"NetRefusalsAndRules", testNetRefusalsAndRules},
 	{"NetProtocols", testNetProtocols},

@@ -309,3 +309,19 @@ func testNetProtocols(t *testing.T, e *env) {
 		t.Errorf("the published port answers on 127.0.0.2 too: want 127.0.0.1 only")
 	}
 }
+
+// testNetHost runs on the double and on real VMs alike (no test hook): a
+// server on the host's loopback is out of reach under public, the default,
+// and reached through the gateway under open; the guest's eth0 is set up.
+func testNetHost(t *testing.T, e *env) {
+	e.pull()
+	local := serveHits(t, "127.0.0.1:0")
+	host := "http://192.168.127.1:" + local.port + "/"
+	r := e.krunbox("run", "--rm", image, "--", "sh", "-c", "ip -o addr show eth0 | grep -c 'inet 192.168.127.2/24\\|inet6 fd7b:6b62:6f78::2/64'; ip route | grep -c default; grep -c nameserver /etc/resolv.conf; wget -q -O - "+host+" || echo refused")
+	if r.code != 0 || r.stdout != "2\n1\n1\nrefused\n" || local.hits.Load() != 0 {
+		t.Errorf("public: want eth0 set up and the host's loopback out of reach: %s", r)
+	}
+	if r := wget(e, "open", host); r.code != 0 || r.stdout != "pong" || local.hits.Load() != 1 {
+		t.Errorf("open: want the host's loopback reached through the gateway: %s", r)
+	}
+}
