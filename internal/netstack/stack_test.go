@@ -473,3 +473,54 @@ func TestUDP(t *testing.T) {
 func portString(p uint16) string {
 	return netip.AddrPortFrom(netip.IPv4Unspecified(), p).String()[len("0.0.0.0:"):]
 }
+
+// TestBadFrameEndsTheLink: a length prefix beyond any frame (a hostile or
+// broken guest) ends the guest's link, and nothing else; the stack stops.
+func TestBadFrameEndsTheLink(t *testing.T) {
+	sp, _ := netpolicy.Parse("public")
+	hc, gc := socketPair(t)
+	defer gc.Close()
+	st, err := Start(hc, Config{Policy: netpolicy.New(sp, netpolicy.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := gc.Write([]byte{0xff, 0xff, 0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-st.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stack still serves a link that sent a 4 GiB frame length")
+	}
+}
+
+func TestDropInbound(t *testing.T) {
+	// An ICMP echo request to an address that is not the gateway is
+	// dropped (the stack would answer it itself); to the gateway it is not.
+	frame := func(dst netip.Addr, typ byte) []byte {
+		f := make([]byte, 14+20+8)
+		f[12], f[13] = 0x08, 0x00
+		ip := f[14:]
+		ip[0] = 0x45
+		ip[2], ip[3] = 0, 28
+		ip[8], ip[9] = 64, 1 // TTL, ICMP
+		copy(ip[12:16], GuestIPv4.AsSlice())
+		copy(ip[16:20], dst.AsSlice())
+		ip[20] = typ
+		return f
+	}
+	for _, tt := range []struct {
+		dst  string
+		typ  byte
+		drop bool
+	}{
+		{"8.8.8.8", 8, true},
+		{"192.168.127.1", 8, false},
+		{"8.8.8.8", 0, false}, // an echo reply is the guest's business
+	} {
+		if got := dropInbound(frame(netip.MustParseAddr(tt.dst), tt.typ)); got != tt.drop {
+			t.Errorf("ICMP type %d to %s: dropped %v, want %v", tt.typ, tt.dst, got, tt.drop)
+		}
+	}
+}
