@@ -1163,3 +1163,33 @@ func TestServePanicFailsOneRequest(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }
+
+func TestServeNetwork(t *testing.T) {
+	e := newServeEnv(t)
+	c := startServe(t)
+	c.initialize()
+	const name = "netrules"
+	var st sandboxStatus
+	c.call("sandbox.ensure", e.ensureParams(name, map[string]any{"network": "allow=a.test"}), &st)
+	var r struct {
+		Network string `json:"network"`
+	}
+	c.call("sandbox.network", map[string]any{"name": name, "op": "allow", "rules": []string{"b.test:443"}}, &r)
+	if r.Network != "allow=a.test,b.test:443" {
+		t.Errorf("after allow: %q", r.Network)
+	}
+	c.call("sandbox.network", map[string]any{"name": name, "op": "deny", "rules": []string{"a.test"}}, &r)
+	if r.Network != "allow=b.test:443" {
+		t.Errorf("after deny: %q", r.Network)
+	}
+	h, _ := hostapi.NewHost()
+	if sb, err := h.Get(name); err != nil || sb.Config().Network != "allow=b.test:443" {
+		t.Errorf("the change is not recorded: %v, %+v", err, sb)
+	}
+	c.callErr("sandbox.network", map[string]any{"name": name, "op": "allow", "rules": []string{"bad rule"}}, codeInvalidConfig)
+	c.callErr("sandbox.network", map[string]any{"name": name, "op": "open", "rules": []string{"a.test"}}, codeInvalidParams)
+	c.callErr("sandbox.network", map[string]any{"name": name, "op": "allow"}, codeInvalidParams)
+	c.callErr("sandbox.network", map[string]any{"name": "absent", "op": "allow", "rules": []string{"a.test"}}, codeNotFound)
+	c.call("sandbox.stop", map[string]any{"name": name}, &st)
+	c.callErr("sandbox.network", map[string]any{"name": name, "op": "allow", "rules": []string{"a.test"}}, codeNotReady)
+}
