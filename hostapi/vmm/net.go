@@ -64,11 +64,12 @@ func configureNet(ctx *krun.Context, lib *krun.Library, spec *Spec) (*os.File, e
 			return nil, fmt.Errorf("network %s: %w", np.Mode, err)
 		}
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 	if err != nil {
 		return nil, fmt.Errorf("network %s: socket pair: %w", np.Mode, err)
 	}
 	for _, fd := range fds {
+		unix.CloseOnExec(fd)
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 1<<20)
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
 	}
