@@ -184,6 +184,7 @@ function checkValue(key: ConfigKey, value: unknown, origin: string): unknown {
       if (typeof value !== "boolean") throw new ConfigError(`${where}: want true or false, got ${JSON.stringify(value)}`);
       return value;
     case "string": {
+      if (key === "network" && typeof value === "object" && value !== null && !Array.isArray(value)) value = networkTable(value as Record<string, unknown>, where);
       if (typeof value !== "string" || value === "") throw new ConfigError(`${where}: want a non-empty string, got ${JSON.stringify(value)}`);
       const allowed = ENUMS[key];
       if (allowed && !allowed.includes(value)) throw new ConfigError(`${where}: want one of ${allowed.join(", ")}, got ${JSON.stringify(value)}`);
@@ -354,6 +355,28 @@ export function networkReach(n: string): number {
 /** A network setting krunbox takes (the rules themselves are checked by krunbox). */
 export function validNetwork(n: string): boolean {
   return ["none", "public", "open", "tsi"].includes(n) || /^allow=[^\s]+$/.test(n);
+}
+
+/**
+ * The [network] table: `mode = "public" | "allow" | "open" | "tsi" | "none"`, and for
+ * allow, `allow = ["registry.npmjs.org", "*.example.com:443", "10.0.0.0/8"]`; the same
+ * as network = "allow=registry.npmjs.org,...".
+ */
+function networkTable(t: Record<string, unknown>, where: string): string {
+  for (const k of Object.keys(t)) {
+    if (k !== "mode" && k !== "allow") throw new ConfigError(`${where}.${k}: unknown key (want mode, allow)`);
+  }
+  const mode = t.mode ?? (t.allow !== undefined ? "allow" : undefined);
+  if (typeof mode !== "string") throw new ConfigError(`${where}.mode: want public, allow, open, tsi or none`);
+  if (mode !== "allow") {
+    if (t.allow !== undefined) throw new ConfigError(`${where}.allow: only with mode = "allow"`);
+    return mode;
+  }
+  const rules = t.allow;
+  if (!Array.isArray(rules) || rules.length === 0 || rules.some((r) => typeof r !== "string" || r === "" || /[\s,]/.test(r))) {
+    throw new ConfigError(`${where}.allow: want a non-empty list of rules (host names, *.domain, IPs, CIDRs, each optionally :PORT)`);
+  }
+  return `allow=${rules.join(",")}`;
 }
 
 function mountKey(m: MountConfig): string {

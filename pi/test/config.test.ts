@@ -202,6 +202,17 @@ describe("untrusted project files may narrow, not widen", () => {
     assert.equal(load({ piTrustsProject: undefined }).config.fallback, "none");
   });
 
+  test("the [network] table", () => {
+    files(`[network]\nmode = "allow"\nallow = ["registry.npmjs.org", "*.example.com:443"]\n`);
+    assert.equal(load().config.network, "allow=registry.npmjs.org,*.example.com:443");
+    files(`[network]\nmode = "none"\n`);
+    assert.equal(load().config.network, "none");
+    for (const bad of [`[network]\nmode = "allow"\n`, `[network]\nmode = "public"\nallow = ["a.test"]\n`, `[network]\nallow = ["a b"]\n`, `[network]\nports = 1\n`]) {
+      files(bad);
+      assert.throws(() => load(), (e: Error) => e instanceof ConfigError && /network/.test(e.message), bad);
+    }
+  });
+
   test("an untrusted project may narrow the network, never widen it", () => {
     const cases: [string, string, string][] = [
       // user, project, result
