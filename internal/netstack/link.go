@@ -19,8 +19,9 @@ import (
 // MTU, with room for a VLAN tag. A longer length prefix ends the link.
 const maxFrame = MTU + 18
 
-// outQueue is how many frames the stack may queue for the guest.
-const outQueue = 1024
+// outQueue is how many frames the stack may queue for the guest (at most
+// about 12 MiB); a full queue drops frames, which TCP then resends slowly.
+const outQueue = 8192
 
 // streamLink carries Ethernet frames between the stack and a stream socket
 // in the framing of libkrun's krun_add_net_unixstream (passt's and qemu's

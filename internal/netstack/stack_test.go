@@ -49,7 +49,7 @@ func redirectTest(dst netip.AddrPort) netip.AddrPort {
 	return dst
 }
 
-func newTestNet(t *testing.T, spec string, ic Interceptor) *testNet {
+func newTestNet(t testing.TB, spec string, ic Interceptor) *testNet {
 	t.Helper()
 	sp, err := netpolicy.Parse(spec)
 	if err != nil {
@@ -77,7 +77,7 @@ func newTestNet(t *testing.T, spec string, ic Interceptor) *testNet {
 	return tn
 }
 
-func socketPair(t *testing.T) (net.Conn, net.Conn) {
+func socketPair(t testing.TB) (net.Conn, net.Conn) {
 	l, err := net.Listen("unix", t.TempDir()+"/link.sock")
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func socketPair(t *testing.T) (net.Conn, net.Conn) {
 }
 
 // newGuestStack runs a gvisor stack as the guest would be set up.
-func newGuestStack(t *testing.T, conn net.Conn) *stack.Stack {
+func newGuestStack(t testing.TB, conn net.Conn) *stack.Stack {
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
@@ -166,7 +166,7 @@ func (tn *testNet) lookup(t *testing.T, name string) (dnsmessage.RCode, []netip.
 }
 
 // serveUpstreamDNS serves tn.dns on 127.0.0.1 (UDP), as a test's resolver.
-func (tn *testNet) serveUpstreamDNS(t *testing.T) string {
+func (tn *testNet) serveUpstreamDNS(t testing.TB) string {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +251,7 @@ func echoServer(t *testing.T, addr string) (port uint16, hits func() int) {
 	return uint16(l.Addr().(*net.TCPAddr).Port), func() int { mu.Lock(); defer mu.Unlock(); return n }
 }
 
-func ctx10(t *testing.T) context.Context {
+func ctx10(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -522,5 +522,47 @@ func TestDropInbound(t *testing.T) {
 		if got := dropInbound(frame(netip.MustParseAddr(tt.dst), tt.typ)); got != tt.drop {
 			t.Errorf("ICMP type %d to %s: dropped %v, want %v", tt.typ, tt.dst, got, tt.drop)
 		}
+	}
+}
+
+// BenchmarkDownload: bytes from a host server to a guest (a second gvisor
+// stack standing for the guest's kernel) through the stack, 64 MiB a round.
+func BenchmarkDownload(b *testing.B) {
+	tn := newTestNet(b, "public", nil)
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		b.Skip(err)
+	}
+	defer l.Close()
+	const size = 64 << 20
+	go func() {
+		buf := make([]byte, 1<<20)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for range size / len(buf) {
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	dst := "198.51.100.2:" + portString(uint16(l.Addr().(*net.TCPAddr).Port))
+	b.SetBytes(size)
+	b.ResetTimer()
+	for range b.N {
+		c, err := tn.dial(ctx10(b), dst)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n, err := io.Copy(io.Discard, c); err != nil || n != size {
+			b.Fatalf("read %d, %v", n, err)
+		}
+		c.Close()
 	}
 }
