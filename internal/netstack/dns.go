@@ -21,8 +21,12 @@ import (
 // or a new address is seen soon.
 const dnsTTL = 10
 
-// lookupTimeout bounds one upstream lookup.
-const lookupTimeout = 5 * time.Second
+// lookupTimeout bounds one upstream lookup, and maxDNSInFlight how many
+// UDP questions are answered at once.
+const (
+	lookupTimeout  = 5 * time.Second
+	maxDNSInFlight = 64
+)
 
 // newResolver returns the resolver the stack asks: server (host:port), or
 // the host's when empty.
@@ -75,7 +79,13 @@ func (st *Stack) serveDNSUDP(c *gonet.UDPConn) {
 			return
 		}
 		q := append([]byte(nil), buf[:n]...)
+		select {
+		case st.dnsSlots <- struct{}{}:
+		default:
+			continue // too many questions at once: dropped, as a loaded server would
+		}
 		go func() {
+			defer func() { <-st.dnsSlots }()
 			if resp := st.answer(q, 512); resp != nil {
 				c.WriteTo(resp, from)
 			}

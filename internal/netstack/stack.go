@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -72,6 +73,7 @@ type Stack struct {
 
 	refusedMu sync.Mutex
 	refused   map[string]time.Time
+	dnsSlots  chan struct{}
 }
 
 const nicID = 1
@@ -93,7 +95,7 @@ func Start(conn net.Conn, cfg Config) (*Stack, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &Stack{cfg: cfg, link: newStreamLink(conn), ctx: ctx, cancel: cancel, refused: map[string]time.Time{}, resolver: newResolver(cfg.DNS)}
+	st := &Stack{cfg: cfg, link: newStreamLink(conn), ctx: ctx, cancel: cancel, refused: map[string]time.Time{}, dnsSlots: make(chan struct{}, maxDNSInFlight), resolver: newResolver(cfg.DNS)}
 	st.s = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
@@ -179,6 +181,7 @@ func (st *Stack) Close() error {
 // guest retrying, or sending datagrams, would flood the log).
 func (st *Stack) refuse(r Refusal) {
 	r.Time = time.Now()
+	r.Name = printable(r.Name) // a guest's DNS question can hold any byte
 	key := r.Proto + " " + r.Name + " " + r.Addr
 	st.refusedMu.Lock()
 	last, seen := st.refused[key]
@@ -442,4 +445,15 @@ func (st *Stack) Publish(l net.Listener, port uint16) {
 			}()
 		}
 	}()
+}
+
+// printable returns s, or s quoted in ASCII when it holds anything but
+// printable ASCII (a terminal escape in a logged name stays inert).
+func printable(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return strconv.QuoteToASCII(s)
+		}
+	}
+	return s
 }

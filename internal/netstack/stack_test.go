@@ -566,3 +566,11 @@ func BenchmarkDownload(b *testing.B) {
 		c.Close()
 	}
 }
+
+func TestRefusedNameIsPrintable(t *testing.T) {
+	for in, want := range map[string]string{"ok.test": "ok.test", "a\x1b[2Jb": `"a\x1b[2Jb"`, "": ""} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
