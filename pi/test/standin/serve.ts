@@ -369,6 +369,27 @@ const methods: Record<string, Handler> = {
     return status(s, name);
   },
 
+  async "sandbox.network"(p) {
+    const name = sandboxName(p);
+    const op = p.op;
+    const rules = p.rules;
+    if (op !== "allow" && op !== "deny") throw new ServeError(-32602, `op ${JSON.stringify(op)}: want allow or deny`);
+    if (!Array.isArray(rules) || rules.length === 0 || rules.some((r) => typeof r !== "string" || !/^[^\s,]+$/.test(r))) {
+      throw new ServeError(rules === undefined || (Array.isArray(rules) && rules.length === 0) ? -32602 : 1012, "rules: want host names, *.domain, IPs or CIDRs");
+    }
+    const s = await ready(name);
+    if (!s.config.network.startsWith("allow=")) throw new ServeError(1002, `sandbox ${name}: network ${s.config.network}: rules apply to network allow=... only`);
+    const target = (r: string) => r.replace(/:[0-9+]+$/, "");
+    let have = s.config.network.slice("allow=".length).split(",");
+    for (const r of rules as string[]) {
+      have = have.filter((h) => target(h) !== target(r));
+      if (op === "allow") have.push(r);
+    }
+    s.config.network = `allow=${have.join(",")}`;
+    await save(s);
+    return { network: s.config.network };
+  },
+
   async "sandbox.logs"(p) {
     const name = sandboxName(p);
     const max = (p.maxBytes as number | undefined) ?? 65536;
