@@ -22,7 +22,9 @@ import (
 const ResolvConf = "/etc/resolv.conf"
 
 // Configure brings loopback and c's interface up, with c's addresses,
-// default routes and name servers.
+// default routes and name servers. It sets up all it can and returns what
+// failed (an IPv6 address on a kernel without IPv6 does not cost the IPv4
+// network).
 func Configure(c *protocol.NetConfig) error {
 	if err := linkUp("lo", 0); err != nil {
 		return err
@@ -39,22 +41,33 @@ func Configure(c *protocol.NetConfig) error {
 		return fmt.Errorf("netlink: %w", err)
 	}
 	defer unix.Close(nl)
+	// Each address and route on its own: a guest kernel without IPv6
+	// still gets its IPv4 network.
+	var errs []error
+	routed := map[uint8]bool{}
 	for _, s := range c.Addresses {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return fmt.Errorf("address %q: %w", s, err)
+			errs = append(errs, fmt.Errorf("address %q: %w", s, err))
+			continue
 		}
 		if err := request(nl, unix.RTM_NEWADDR, addrMsg(ifi.Index, p)); err != nil {
-			return fmt.Errorf("add address %s to %s: %w", p, c.Interface, err)
+			errs = append(errs, fmt.Errorf("add address %s to %s: %w", p, c.Interface, err))
+			continue
 		}
+		routed[family(p.Addr())] = true
 	}
 	for _, s := range c.Gateways {
 		gw, err := netip.ParseAddr(s)
 		if err != nil {
-			return fmt.Errorf("gateway %q: %w", s, err)
+			errs = append(errs, fmt.Errorf("gateway %q: %w", s, err))
+			continue
+		}
+		if !routed[family(gw)] {
+			continue // no address of that family: said above
 		}
 		if err := request(nl, unix.RTM_NEWROUTE, routeMsg(ifi.Index, gw)); err != nil {
-			return fmt.Errorf("default route via %s: %w", gw, err)
+			errs = append(errs, fmt.Errorf("default route via %s: %w", gw, err))
 		}
 	}
 	if len(c.DNS) > 0 {
@@ -69,10 +82,10 @@ func Configure(c *protocol.NetConfig) error {
 			os.Remove(ResolvConf)
 		}
 		if err := os.WriteFile(ResolvConf, []byte(b.String()), 0o644); err != nil {
-			return fmt.Errorf("name servers: %w", err)
+			errs = append(errs, fmt.Errorf("name servers: %w", err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // linkUp sets an interface's MTU (when mtu > 0) and brings it up.

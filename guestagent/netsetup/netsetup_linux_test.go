@@ -79,9 +79,11 @@ func TestConfigure(t *testing.T) {
 		if !strings.Contains(string(route6), "00000000000000000000000000000000 00 00000000000000000000000000000000 00 fd7b6b626f7800000000000000000001") {
 			t.Errorf("no IPv6 default route via fd7b:6b62:6f78::1:\n%s", route6)
 		}
-		// Again: idempotent (an agent restarted in the same guest).
-		if err := Configure(&protocol.NetConfig{Interface: "eth0", Addresses: []string{"192.168.127.2/24"}, Gateways: []string{"192.168.127.1"}}); err != nil {
-			t.Errorf("Configure again: %v", err)
+		// Again: idempotent (an agent restarted in the same guest), and
+		// a bad address costs only itself.
+		err = Configure(&protocol.NetConfig{Interface: "eth0", Addresses: []string{"bogus", "192.168.127.2/24"}, Gateways: []string{"192.168.127.1"}})
+		if err == nil || !strings.Contains(err.Error(), "bogus") || strings.Contains(err.Error(), "192.168.127") {
+			t.Errorf("Configure again with a bad address: %v, want an error about it alone", err)
 		}
 		if err := Configure(&protocol.NetConfig{Interface: "eth9"}); err == nil || !strings.Contains(err.Error(), "eth9") {
 			t.Errorf("Configure of a missing interface: %v", err)
