@@ -25,7 +25,7 @@ TEST_IMAGE := $(BUILD)/testimage
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox testkrun testimage test deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox testkrun testimage test deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -189,6 +189,10 @@ bench-oci:
 ## bench-sandbox: sandbox create against cp -a, krunbox exec against /bin/true, start to ready (BENCHMARKS.md)
 bench-sandbox: build testkrun
 	$(TEST_ENV) $(GO) test -run '^$$' -bench 'Sandbox' -benchtime 20x -timeout 30m ./hostapi/ ./e2e/
+
+## bench-net: krunbox's network stack (public) against TSI on the double: connect time and a 256 MiB download (BENCHMARKS.md)
+bench-net: build testkrun
+	$(TEST_ENV) $(GO) test -run '^$$' -bench 'Network' -benchtime 3x -timeout 20m ./e2e/
 
 ## bench-agent: the guest agent against os/exec and a bare socket pair (BENCHMARKS.md)
 bench-agent:

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/krunbox/krunbox/guestagent/netsetup"
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/guestagent/vmdev"
 	"golang.org/x/sys/unix"
@@ -119,11 +120,16 @@ func New(opts Options) (*Agent, error) {
 	return a, nil
 }
 
-// setup sets the hostname and mounts the shares.
+// setup sets the hostname, the network interface, and mounts the shares.
 func (a *Agent) setup() {
 	if h := a.cfg.Hostname; h != "" {
 		if err := unix.Sethostname([]byte(h)); err != nil {
 			a.warn(fmt.Sprintf("set hostname %q: %v", h, err))
+		}
+	}
+	if c := a.cfg.Net; c != nil {
+		if err := netsetup.Configure(c); err != nil {
+			a.warn(fmt.Sprintf("network: %v", err))
 		}
 	}
 	for _, m := range a.cfg.Mounts {

@@ -4,29 +4,43 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/netpolicy"
 	"github.com/krunbox/krunbox/oci"
 )
 
-// Network selects a sandbox's network: NetworkTSI (the host's network
-// identity through libkrun's transparent socket impersonation; guest
-// listeners become host listeners) or NetworkNone (only loopback).
+// Network selects a sandbox's network: NetworkPublic (the default: the
+// internet through krunbox's userspace network stack, no private,
+// loopback, link-local, multicast or host address), "allow=RULE,..." (only
+// what the rules name: host names, *.domain wildcards, IPs, CIDRs, each
+// optionally with :PORT), NetworkOpen (everything through the stack, the
+// host's loopback at the gateway address included), NetworkTSI (the host's
+// network identity through libkrun's transparent socket impersonation;
+// guest listeners become host listeners) or NetworkNone (only loopback).
+// The stack's modes need a libkrun built with its NET feature.
 type Network string
 
 // Networks.
 const (
-	NetworkTSI  Network = "tsi"
-	NetworkNone Network = "none"
+	NetworkPublic Network = "public"
+	NetworkOpen   Network = "open"
+	NetworkTSI    Network = "tsi"
+	NetworkNone   Network = "none"
 )
 
 // PortMapping publishes a guest TCP port on a host port.
 type PortMapping struct {
-	Host  uint16 `json:"host"`  // the host port
-	Guest uint16 `json:"guest"` // the guest port
+	// HostIP is the host address listened on: 127.0.0.1 when empty.
+	// Under NetworkTSI libkrun chooses, and HostIP must be empty.
+	HostIP string `json:"host_ip,omitempty"`
+	Host   uint16 `json:"host"`  // the host port
+	Guest  uint16 `json:"guest"` // the guest port
 }
 
 // Defaults of a Config.
@@ -66,9 +80,11 @@ type Config struct {
 	// User runs commands as this guest user (name or uid[:gid]); empty
 	// means the image's.
 	User string `json:"user,omitempty"`
-	// Network is NetworkTSI (the default) or NetworkNone.
+	// Network is the sandbox's network (see [Network]); empty means
+	// NetworkPublic.
 	Network Network `json:"network,omitempty"`
-	// Ports publishes guest ports on the host (TSI only).
+	// Ports publishes guest ports on the host, on 127.0.0.1 unless a
+	// mapping names its host address (not possible under TSI).
 	Ports []PortMapping `json:"ports,omitempty"`
 	// IdleTimeout stops the VM after this long without exec or file
 	// activity and with no command running; 0 never does. Pings and
@@ -104,7 +120,7 @@ func (c Config) withDefaults() Config {
 		c.MemoryMiB = DefaultMemoryMiB
 	}
 	if c.Network == "" {
-		c.Network = NetworkTSI
+		c.Network = NetworkPublic
 	}
 	if c.Root == "" {
 		c.Root = RootAuto
@@ -155,14 +171,22 @@ func (c *Config) validate() error {
 			errs = append(errs, err)
 		}
 	}
-	switch c.Network {
-	case NetworkTSI:
-	case NetworkNone:
-		if len(c.Ports) > 0 {
+	if np, err := vmm.Network(c.Network).Policy(); err != nil {
+		errs = append(errs, err)
+	} else {
+		if np.Mode == netpolicy.None && len(c.Ports) > 0 {
 			errs = append(errs, errors.New("published ports need a network: not possible with network none"))
 		}
-	default:
-		errs = append(errs, fmt.Errorf("network %q: want %q or %q", c.Network, NetworkTSI, NetworkNone))
+		for _, p := range c.Ports {
+			if p.HostIP == "" {
+				continue
+			}
+			if np.Mode == netpolicy.TSI {
+				errs = append(errs, fmt.Errorf("port mapping %s:%d:%d: a host address is not possible with network tsi (libkrun binds its own)", p.HostIP, p.Host, p.Guest))
+			} else if _, err := netip.ParseAddr(p.HostIP); err != nil {
+				errs = append(errs, fmt.Errorf("port mapping: host address %q: %w", p.HostIP, err))
+			}
+		}
 	}
 	seen := map[uint16]bool{}
 	for _, p := range c.Ports {
@@ -186,21 +210,33 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// ParsePortMapping parses HOST:GUEST, or a single PORT for the same port on
-// both sides, as given to "krunbox run -p".
+// ParsePortMapping parses [IP:]HOST:GUEST, or a single PORT for the same
+// port on both sides, as given to "krunbox run -p" (IP: the host address
+// listened on, 127.0.0.1 when absent; an IPv6 one in brackets).
 func ParsePortMapping(s string) (PortMapping, error) {
-	hostStr, guestStr, ok := strings.Cut(s, ":")
+	var p PortMapping
+	rest := s
+	// [IP:]HOST:GUEST; an IPv6 address in brackets.
+	if i := strings.LastIndex(rest, ":"); i >= 0 {
+		if j := strings.LastIndex(rest[:i], ":"); j >= 0 {
+			p.HostIP = strings.TrimSuffix(strings.TrimPrefix(rest[:j], "["), "]")
+			if _, err := netip.ParseAddr(p.HostIP); err != nil {
+				return PortMapping{}, fmt.Errorf("port mapping %q: host address %q: want an IP address", s, p.HostIP)
+			}
+			rest = rest[j+1:]
+		}
+	}
+	hostStr, guestStr, ok := strings.Cut(rest, ":")
 	if !ok {
 		guestStr = hostStr
 	}
-	var p PortMapping
 	for _, f := range []struct {
 		s   string
 		dst *uint16
 	}{{hostStr, &p.Host}, {guestStr, &p.Guest}} {
 		var n uint64
 		if _, err := fmt.Sscanf(f.s, "%d", &n); err != nil || fmt.Sprint(n) != f.s || n < 1 || n > 65535 {
-			return PortMapping{}, fmt.Errorf("port mapping %q: want HOST:GUEST with ports 1 to 65535", s)
+			return PortMapping{}, fmt.Errorf("port mapping %q: want [IP:]HOST:GUEST with ports 1 to 65535", s)
 		}
 		*f.dst = uint16(n)
 	}

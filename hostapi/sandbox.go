@@ -537,6 +537,11 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 	for _, p := range cfg.Ports {
 		spec.PortMap = append(spec.PortMap, vmm.PortMapping(p))
 	}
+	if np, err := vmm.Network(cfg.Network).Policy(); err != nil {
+		return nil, err
+	} else if np.UsesStack() {
+		ac.Net = guestNet()
+	}
 	for i, m := range s.rec.Mounts {
 		tag := mountTag(i)
 		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly})

@@ -452,7 +452,7 @@ func TestPublishedPortsReachLibkrun(t *testing.T) {
 	dump := filepath.Join(t.TempDir(), "krun.json")
 	t.Setenv("TESTKRUN_DUMP", dump) // inherited by the runner
 	ports := []PortMapping{{Host: 18080, Guest: 80}, {Host: 12222, Guest: 22}}
-	sb := started(t, h, Config{Image: ref, Ports: ports})
+	sb := started(t, h, Config{Image: ref, Ports: ports, Network: NetworkTSI})
 
 	spec, err := vmm.ReadSpec(sb.Dir())
 	if err != nil {

@@ -16,6 +16,8 @@ func TestSDKValuesMatchTheLayersBelow(t *testing.T) {
 		{string(PullNever), string(oci.PullNever)},
 		{string(NetworkTSI), string(vmm.NetworkTSI)},
 		{string(NetworkNone), string(vmm.NetworkNone)},
+		{string(NetworkPublic), string(vmm.NetworkPublic)},
+		{string(NetworkOpen), string(vmm.NetworkOpen)},
 		{LayerDownloading.String(), oci.LayerFetching.String()},
 	} {
 		if c.sdk != c.below {

@@ -24,7 +24,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no image", Config{}, "no image"},
 		{"cpus", Config{Image: "alpine", CPUs: -1}, "cpus"},
 		{"memory", Config{Image: "alpine", MemoryMiB: 64}, "memory"},
-		{"network", Config{Image: "alpine", Network: "open"}, "network"},
+		{"network", Config{Image: "alpine", Network: "wide"}, "network"},
 		{"missing workspace", Config{Image: "alpine", Workspace: filepath.Join(ws, "missing")}, "workspace"},
 		{"workspace is a file", Config{Image: "alpine", Workspace: file}, "not a directory"},
 		{"mount shadows /proc", Config{Image: "alpine", Mounts: []Mount{{HostPath: other, GuestPath: "/proc"}}}, "shadow /proc"},

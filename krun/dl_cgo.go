@@ -31,6 +31,7 @@ typedef int32_t (*kb_vsock_port_fn)(uint32_t, uint32_t, const char *);
 typedef int32_t (*kb_vsock_port2_fn)(uint32_t, uint32_t, const char *, bool);
 typedef int32_t (*kb_overlay_file_fn)(uint32_t, const char *, const char *, const uint8_t *, size_t, uint32_t, bool);
 typedef int32_t (*kb_overlay_dir_fn)(uint32_t, const char *, const char *, uint32_t);
+typedef int32_t (*kb_net_fn)(uint32_t, const char *, int, uint8_t *, uint32_t, uint32_t);
 typedef int (*kb_krunfw_version_fn)(void);
 
 static int32_t kb_noargs(void *f) { return ((kb_noargs_fn)f)(); }
@@ -48,6 +49,7 @@ static int32_t kb_exec(void *f, uint32_t c, const char *p, char **a, char **e) {
 static int32_t kb_vsock_port(void *f, uint32_t c, uint32_t port, const char *p) { return ((kb_vsock_port_fn)f)(c, port, p); }
 static int32_t kb_vsock_port2(void *f, uint32_t c, uint32_t port, const char *p, bool l) { return ((kb_vsock_port2_fn)f)(c, port, p, l); }
 static int32_t kb_overlay_file(void *f, uint32_t c, const char *t, const char *p, void *d, size_t n, uint32_t m, bool o) { return ((kb_overlay_file_fn)f)(c, t, p, (const uint8_t *)d, n, m, o); }
+static int32_t kb_net_fd(void *f, uint32_t c, int fd, uint8_t *mac, uint32_t feat, uint32_t flags) { return ((kb_net_fn)f)(c, NULL, fd, mac, feat, flags); }
 static int32_t kb_overlay_dir(void *f, uint32_t c, const char *t, const char *p, uint32_t m) { return ((kb_overlay_dir_fn)f)(c, t, p, m); }
 static int kb_krunfw_version(void *f) { return ((kb_krunfw_version_fn)f)(); }
 
@@ -222,6 +224,13 @@ func (b *dlBackend) vsockPort(name string, ctx, port uint32, path string, listen
 		return int32(C.kb_vsock_port(b.sym(name), C.uint32_t(ctx), C.uint32_t(port), cp))
 	}
 	return int32(C.kb_vsock_port2(b.sym(name), C.uint32_t(ctx), C.uint32_t(port), cp, C.bool(listen)))
+}
+
+func (b *dlBackend) netFd(name string, ctx uint32, fd int32, mac [6]byte, features, flags uint32) int32 {
+	cm := (*C.uint8_t)(C.malloc(6))
+	defer C.free(unsafe.Pointer(cm))
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(cm)), 6), mac[:])
+	return int32(C.kb_net_fd(b.sym(name), C.uint32_t(ctx), C.int(fd), cm, C.uint32_t(features), C.uint32_t(flags)))
 }
 
 func (b *dlBackend) overlayFile(ctx uint32, tag, path string, data unsafe.Pointer, n uintptr, mode uint32, oneShot bool) int32 {

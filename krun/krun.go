@@ -265,6 +265,7 @@ type backend interface {
 	vsockPort(name string, ctx, port uint32, path string, listen bool) int32
 	overlayFile(ctx uint32, tag, path string, data unsafe.Pointer, n uintptr, mode uint32, oneShot bool) int32
 	overlayDir(ctx uint32, tag, path string, mode uint32) int32
+	netFd(name string, ctx uint32, fd int32, mac [6]byte, features, flags uint32) int32
 	alloc(data []byte) unsafe.Pointer
 	free(p unsafe.Pointer)
 }
@@ -589,6 +590,24 @@ func (c *Context) DisableImplicitVsock() error {
 		return err
 	}
 	return check(fn, c.lib.b.ctx(fn, c.id))
+}
+
+// ErrNoNet is matched (errors.Is) by the error of [Context.AddNetUnixstream]
+// on a libkrun built without its net feature.
+var ErrNoNet = errors.New("this libkrun has no virtio-net (it was built without its NET feature): use network tsi or none, or a libkrun built with NET=1")
+
+// AddNetUnixstream adds a virtio-net device (the guest's eth0, eth1, ...
+// in the order added) whose frames libkrun exchanges over the connected
+// stream socket fd, each preceded by its length (32-bit big-endian), as
+// passt does. mac is the guest interface's address; features are virtio-net
+// feature bits (0: none, plain 1500-byte frames). Adding one turns libkrun's
+// implicit TSI off. libkrun takes fd over.
+func (c *Context) AddNetUnixstream(fd int, mac [6]byte, features uint32) error {
+	const fn = "krun_add_net_unixstream"
+	if ok, err := c.lib.HasFeature(FeatureNet); !c.lib.Has(fn) || err == nil && !ok {
+		return fmt.Errorf("%s: %w", fn, ErrNoNet)
+	}
+	return check(fn, c.lib.b.netFd(fn, c.id, int32(fd), mac, features, 0))
 }
 
 // AddVsock adds a vsock device with the given TSI features, 0 for vsock

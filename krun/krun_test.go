@@ -358,12 +358,47 @@ func TestStartEnterErrorsReturn(t *testing.T) {
 func TestFeatures(t *testing.T) {
 	lib := openDouble(t)
 	for _, f := range AllFeatures() {
-		if ok, err := lib.HasFeature(f); err != nil || ok {
-			t.Errorf("HasFeature(%s) = %v, %v; the double is a default build without features", f, ok, err)
+		// The double has NET (krun_add_net_unixstream), nothing else.
+		if ok, err := lib.HasFeature(f); err != nil || ok != (f == FeatureNet) {
+			t.Errorf("HasFeature(%s) = %v, %v; the double has NET only", f, ok, err)
 		}
+	}
+	t.Setenv("TESTKRUN_NO_NET", "1")
+	if ok, err := lib.HasFeature(FeatureNet); err != nil || ok {
+		t.Errorf("HasFeature(net) with TESTKRUN_NO_NET = %v, %v; want false", ok, err)
 	}
 	if _, err := lib.HasFeature(Feature(12)); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("unknown feature: %v, want EINVAL", err)
+	}
+}
+
+func TestAddNetUnixstream(t *testing.T) {
+	lib := openDouble(t)
+	add := func() (*Context, error) {
+		c, err := lib.NewContext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Free() })
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Close(fds[0]); syscall.Close(fds[1]) })
+		return c, c.AddNetUnixstream(fds[1], [6]byte{0x5a, 0x94, 0xef, 0xe4, 0x0c, 0xee}, 0)
+	}
+	c, err := add()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// libkrun: a port map is TSI's; with a net device it is refused.
+	var ke *Error
+	if err := c.SetPortMap([]string{"8080:80"}); !errors.As(err, &ke) || ke.Errno != syscall.EINVAL {
+		t.Errorf("SetPortMap after a net device: %v, want EINVAL", err)
+	}
+	t.Setenv("TESTKRUN_NO_NET", "1")
+	if _, err := add(); !errors.Is(err, ErrNoNet) {
+		t.Errorf("AddNetUnixstream on a libkrun without NET: %v, want ErrNoNet", err)
 	}
 }
 

@@ -253,9 +253,19 @@ func doctorLibkrun(c *checkList, r *vmm.ProbeReport, err error) {
 	case r.Features == nil:
 		c.ok("libkrun features", "unknown (no krun_has_feature)")
 	case len(have) == 0:
-		c.ok("libkrun features", "a default build (none of %d optional features); krunbox needs none", len(lack))
+		c.ok("libkrun features", "a default build (none of %d optional features)", len(lack))
 	default:
 		c.ok("libkrun features", "%s", strings.Join(have, ", "))
+	}
+	switch {
+	case r.Features["net"]:
+		c.ok("network", "virtio-net (NET): networks public (the default), allow= and open can start")
+	case r.Features == nil:
+		c.bad(false, "network", errors.New("this libkrun cannot say whether it has virtio-net (NET): networks public (the default), allow= and open may fail to start"),
+			"install libkrun 1.19 built with NET=1 (the release bundle's is), or use --net tsi or none")
+	default:
+		c.bad(false, "network", errors.New("this libkrun has no virtio-net (it was built without NET): networks public (the default), allow= and open cannot start"),
+			"install libkrun built with NET=1 (the release bundle's is), or use --net tsi or none (config network)")
 	}
 
 	switch {

@@ -100,6 +100,7 @@ func newRootCmd(s *streams) *cobra.Command {
 		newRmCmd(s),
 		newLsCmd(s),
 		newLogsCmd(s),
+		newNetworkCmd(s),
 		newInspectCmd(s),
 		newCpCmd(s),
 		newConfigCmd(s),

@@ -57,8 +57,10 @@ not be executed, 127 when it was not found.
 
 Nothing of the host is reachable but what you share: -v and --workspace
 share directories live (guest writes appear on the host at once), -e passes
-environment variables (no other variable of yours is passed), --net none
-removes the network.
+environment variables (no other variable of yours is passed). The network
+is the internet only by default (--net public: no private, loopback or host
+address); --net allow=RULE,... narrows it to named hosts, --net none removes
+it.
 
   krunbox run alpine -- uname -a
   krunbox run -it --workspace . alpine sh

@@ -90,14 +90,14 @@ func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory in the guest, absolute, made if missing (default: the workspace, else the image's)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE in the guest (KEY alone takes this process's value); nothing else of the host environment is passed")
 	fl.StringVarP(&f.user, "user", "u", "", "guest user, name or uid[:gid] (default: the image's)")
-	fl.StringArrayVarP(&f.ports, "publish", "p", nil, "publish a guest TCP port on the host: HOST:GUEST (network tsi only)")
+	fl.StringArrayVarP(&f.ports, "publish", "p", nil, "publish a guest TCP port on the host: [IP:]HOST:GUEST, on 127.0.0.1 unless IP is given")
 	fl.StringArrayVar(&f.labels, "label", nil, "add a label KEY=VALUE to the sandbox")
 	add := func(key, flag, help string) {
 		f.configured = append(f.configured, configFlag{key, flag, fl.String(flag, "", help+" (config "+key+")")})
 	}
 	add("cpus", "cpus", "number of vCPUs")
 	add("memory", "memory", "guest memory, e.g. 2GiB or 512MiB")
-	add("network", "net", "network: tsi (the host's, through libkrun) or none")
+	add("network", "net", "network: public (the internet, no private or host address; the default), allow=RULE,... (host names, *.domain, IPs, CIDRs, each optionally :PORT), open (everything, the host included), tsi (the host's, through libkrun) or none")
 	add("pull_policy", "pull", "when to pull the image: missing (if not cached), always or never")
 	add("platform", "platform", "image platform, e.g. linux/arm64; default: the host's")
 	add("root", "root", "root file system: auto (an overlay where the host allows it, else a copy of the image), overlay or copy")

@@ -202,6 +202,7 @@ func newServer(host *hostapi.Host, out io.Writer, log *slog.Logger) *server {
 		"sandbox.restart": s.sandboxRestart,
 		"sandbox.stop":    s.sandboxStop,
 		"sandbox.logs":    s.sandboxLogs,
+		"sandbox.network": s.sandboxNetwork,
 		"exec.start":      s.execStart,
 		"exec.signal":     s.execSignal,
 		"fs.readFile":     s.fsReadFile,

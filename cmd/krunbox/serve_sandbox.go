@@ -17,6 +17,7 @@ import (
 	refname "github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/krunbox/krunbox/hostapi"
+	"github.com/krunbox/krunbox/internal/netpolicy"
 	"github.com/krunbox/krunbox/krun"
 	"github.com/krunbox/krunbox/oci"
 )
@@ -171,7 +172,7 @@ func parseEnsure(raw json.RawMessage) (*ensureRequest, error) {
 		cfg.MemoryMiB = *c.MemoryMiB
 	}
 	if cfg.Network == "" {
-		cfg.Network = hostapi.NetworkTSI
+		cfg.Network = hostapi.NetworkPublic
 	}
 	if c.IdleTimeoutSec != nil {
 		if *c.IdleTimeoutSec < 0 {
@@ -634,6 +635,43 @@ func (s *server) sandboxStop(ctx context.Context, raw json.RawMessage) (any, fun
 type logsResult struct {
 	Text      string `json:"text"`
 	Truncated bool   `json:"truncated"`
+}
+
+// sandboxNetwork changes the rules of a running sandbox whose network is
+// allow=...: {name, op: "allow"|"deny", rules: [RULE...]} → {network}.
+func (s *server) sandboxNetwork(ctx context.Context, raw json.RawMessage) (any, func(), error) {
+	var p struct {
+		Name  string   `json:"name"`
+		Op    string   `json:"op"`
+		Rules []string `json:"rules"`
+	}
+	if err := decodeParams(raw, &p); err != nil {
+		return nil, nil, err
+	}
+	if err := checkName("name", p.Name); err != nil {
+		return nil, nil, err
+	}
+	if p.Op != "allow" && p.Op != "deny" {
+		return nil, nil, invalidParams("op %q: want allow or deny", p.Op)
+	}
+	if len(p.Rules) == 0 {
+		return nil, nil, invalidParams("rules: want at least one")
+	}
+	if _, err := netpolicy.ParseRules(p.Rules); err != nil {
+		return nil, nil, newError(codeInvalidConfig, nil, "%v", err)
+	}
+	sb, err := s.host.Get(p.Name)
+	if errors.Is(err, hostapi.ErrNotFound) {
+		return nil, nil, newError(codeNotFound, nil, "sandbox %s: not found", p.Name)
+	}
+	if err != nil {
+		return nil, nil, newError(codeIO, nil, "sandbox %s: %v", p.Name, err)
+	}
+	n, err := sb.ChangeNetwork(ctx, p.Op, p.Rules)
+	if err != nil {
+		return nil, nil, newError(codeNotReady, nil, "%v", err)
+	}
+	return map[string]string{"network": n}, nil, nil
 }
 
 func (s *server) sandboxLogs(_ context.Context, raw json.RawMessage) (any, func(), error) {

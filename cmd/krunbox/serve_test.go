@@ -501,7 +501,7 @@ func TestServeEnsureParams(t *testing.T) {
 		{"missing workspace", map[string]any{"name": "sb", "workspace": filepath.Join(ws, "missing"), "config": map[string]any{"image": "alpine"}}, codeInvalidConfig},
 		{"cpus 0", ensure(map[string]any{"cpus": 0}), codeInvalidConfig},
 		{"memory 64", ensure(map[string]any{"memoryMiB": 64}), codeInvalidConfig},
-		{"network", ensure(map[string]any{"network": "open"}), codeInvalidConfig},
+		{"network", ensure(map[string]any{"network": "wide"}), codeInvalidConfig},
 		{"pull", ensure(map[string]any{"pull": "sometimes"}), codeInvalidConfig},
 		{"idle timeout", ensure(map[string]any{"idleTimeoutSec": -1}), codeInvalidConfig},
 		{"relative mount", ensure(map[string]any{"mounts": []any{map[string]any{"host": "rel"}}}), codeInvalidConfig},
@@ -535,7 +535,7 @@ func TestServeEnsureParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := hostapi.Config{Name: "sb", Image: "alpine", PullPolicy: "never", CPUs: hostapi.DefaultCPUs, MemoryMiB: hostapi.DefaultMemoryMiB,
-		Workspace: ws, Network: hostapi.NetworkTSI, Mounts: []hostapi.Mount{{HostPath: other, GuestPath: other, ReadOnly: true}},
+		Workspace: ws, Network: hostapi.NetworkPublic, Mounts: []hostapi.Mount{{HostPath: other, GuestPath: other, ReadOnly: true}},
 		Env: []string{"A=1", "B=2"}, IdleTimeout: time.Minute}
 	if got := req.cfg; fmt.Sprint(got) != fmt.Sprint(want) || req.startTimeout != defaultStartTimeout {
 		t.Errorf("config\n got %+v\nwant %+v", got, want)
@@ -1162,4 +1162,34 @@ func TestServePanicFailsOneRequest(t *testing.T) {
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
+}
+
+func TestServeNetwork(t *testing.T) {
+	e := newServeEnv(t)
+	c := startServe(t)
+	c.initialize()
+	const name = "netrules"
+	var st sandboxStatus
+	c.call("sandbox.ensure", e.ensureParams(name, map[string]any{"network": "allow=a.test"}), &st)
+	var r struct {
+		Network string `json:"network"`
+	}
+	c.call("sandbox.network", map[string]any{"name": name, "op": "allow", "rules": []string{"b.test:443"}}, &r)
+	if r.Network != "allow=a.test,b.test:443" {
+		t.Errorf("after allow: %q", r.Network)
+	}
+	c.call("sandbox.network", map[string]any{"name": name, "op": "deny", "rules": []string{"a.test"}}, &r)
+	if r.Network != "allow=b.test:443" {
+		t.Errorf("after deny: %q", r.Network)
+	}
+	h, _ := hostapi.NewHost()
+	if sb, err := h.Get(name); err != nil || sb.Config().Network != "allow=b.test:443" {
+		t.Errorf("the change is not recorded: %v, %+v", err, sb)
+	}
+	c.callErr("sandbox.network", map[string]any{"name": name, "op": "allow", "rules": []string{"bad rule"}}, codeInvalidConfig)
+	c.callErr("sandbox.network", map[string]any{"name": name, "op": "open", "rules": []string{"a.test"}}, codeInvalidParams)
+	c.callErr("sandbox.network", map[string]any{"name": name, "op": "allow"}, codeInvalidParams)
+	c.callErr("sandbox.network", map[string]any{"name": "absent", "op": "allow", "rules": []string{"a.test"}}, codeNotFound)
+	c.call("sandbox.stop", map[string]any{"name": name}, &st)
+	c.callErr("sandbox.network", map[string]any{"name": name, "op": "allow", "rules": []string{"a.test"}}, codeNotReady)
 }

@@ -51,6 +51,24 @@ type Config struct {
 	// debugging run outside a VM) still set the hostname and mount the
 	// shares. Production configs never set it.
 	SetupOutsideVM bool `json:"setup_outside_vm,omitempty"`
+	// Net, when set, is the guest's network interface to set up at boot
+	// (a virtio-net device connected to the host's network stack).
+	Net *NetConfig `json:"net,omitempty"`
+}
+
+// NetConfig is the static setup of the guest's network interface.
+type NetConfig struct {
+	// Interface is the interface's name, such as "eth0".
+	Interface string `json:"interface"`
+	// Addresses are the interface's addresses with their prefix length
+	// ("192.168.127.2/24", "fd7b:6b62:6f78::2/64").
+	Addresses []string `json:"addresses"`
+	// Gateways are the default routes' next hops, one per address family.
+	Gateways []string `json:"gateways"`
+	// DNS are the name servers written to /etc/resolv.conf.
+	DNS []string `json:"dns,omitempty"`
+	// MTU is the interface's MTU; 0 leaves it.
+	MTU int `json:"mtu,omitempty"`
 }
 
 // Mount is one virtio-fs share.

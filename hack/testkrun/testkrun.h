@@ -67,6 +67,12 @@ struct tk_ctx {
 	enum tk_vsock vsock;
 	uint32_t tsi_features;
 	char **port_map;
+
+	/* krun_add_net_unixstream: one device (the guest's eth0) */
+	bool has_net;
+	int net_fd;     /* the caller's socket, or -1 with net_path */
+	char *net_path; /* a socket to connect to at start, or NULL */
+	uint8_t net_mac[6];
 };
 
 /* config.c */

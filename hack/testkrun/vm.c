@@ -18,7 +18,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <arpa/inet.h>
+#include <linux/if_tun.h>
 #include <net/if.h>
+#include <net/if_arp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -65,6 +68,7 @@ struct plan {
 	size_t nrlimits;
 	const char *hostname;
 	int sync_fd;    /* guest side of the socketpair */
+	int tap_fd;     /* the guest's eth0 (has_net), or -1 */
 	int uidmap_fd;  /* read end: the VMM wrote the id maps (new_user) */
 	char **share_dirs; /* per share: the directory the VMM opened, or NULL */
 };
@@ -343,6 +347,29 @@ static void loopback_up(void)
 	close(s);
 }
 
+/* Creates the guest's eth0: a TAP device in the guest's network namespace
+ * with the MAC the caller gave, left down (the guest sets it up, as it
+ * would a virtio-net device). Its descriptor goes to the VMM, which
+ * carries its frames to and from the caller's socket. */
+static int tap_create(const uint8_t mac[6])
+{
+	int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		die_setup("open", "/dev/net/tun");
+	struct ifreq ifr = {0};
+	strcpy(ifr.ifr_name, "eth0");
+	ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+	if (ioctl(fd, TUNSETIFF, &ifr) < 0)
+		die_setup("create the TAP device", "eth0");
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
+	memcpy(ifr.ifr_hwaddr.sa_data, mac, 6);
+	if (s < 0 || ioctl(s, SIOCSIFHWADDR, &ifr) < 0)
+		die_setup("set the MAC address of", "eth0");
+	close(s);
+	return fd;
+}
+
 /* Sends the guest-side listeners (one per listen=false port, in order) and
  * an O_PATH descriptor of the vsock directory to the VMM. */
 static void send_fds(int sock, const int *fds, size_t n)
@@ -517,6 +544,7 @@ static void guest_init(struct plan *p)
 		die_setup("sethostname", p->hostname);
 	if (p->new_net)
 		loopback_up();
+	p->tap_fd = c->has_net ? tap_create(c->net_mac) : -1;
 	if (chroot(root) < 0 || chdir("/") < 0)
 		die_setup("chroot", root);
 
@@ -536,8 +564,11 @@ static void guest_init(struct plan *p)
 	fds[nfds] = open(TK_GUEST_DIR "/vsock", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fds[nfds] < 0)
 		die_setup("open", TK_GUEST_DIR "/vsock");
-	send_fds(p->sync_fd, fds, nfds + 1);
-	for (size_t i = 0; i <= nfds; i++)
+	nfds++;
+	if (p->tap_fd >= 0)
+		fds[nfds++] = p->tap_fd; /* last, after the vsock directory */
+	send_fds(p->sync_fd, fds, nfds);
+	for (size_t i = 0; i < nfds; i++)
 		close(fds[i]);
 	close(p->sync_fd);
 
@@ -564,6 +595,86 @@ static void guest_init(struct plan *p)
 }
 
 /* ---- the VMM side: relays -------------------------------------------- */
+
+/* The virtio-net stand-in: frames between the guest's TAP device and the
+ * caller's stream socket, each preceded there by its length (32-bit
+ * big-endian), as libkrun's unixstream backend (passt's framing) does. */
+struct net_link {
+	int tap, sock;
+};
+
+static bool full_io(int fd, char *buf, size_t n, bool rd)
+{
+	while (n > 0) {
+		ssize_t r = rd ? read(fd, buf, n) : write(fd, buf, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return false;
+		buf += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+static void *net_to_sock(void *arg)
+{
+	struct net_link *l = arg;
+	char buf[4 + 65536];
+	for (;;) {
+		ssize_t n = read(l->tap, buf + 4, sizeof(buf) - 4);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return NULL;
+		uint32_t len = htonl((uint32_t)n);
+		memcpy(buf, &len, 4);
+		if (!full_io(l->sock, buf, 4 + (size_t)n, false))
+			return NULL;
+	}
+}
+
+static void *net_to_tap(void *arg)
+{
+	struct net_link *l = arg;
+	/* Read in large chunks and cut the frames out: one read for many
+	 * frames, as a virtio queue carries many. */
+	static char buf[1 << 20];
+	size_t have = 0;
+	for (;;) {
+		ssize_t n = read(l->sock, buf + have, sizeof(buf) - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return NULL;
+		have += (size_t)n;
+		size_t off = 0;
+		while (have - off >= 4) {
+			uint32_t len;
+			memcpy(&len, buf + off, 4);
+			len = ntohl(len);
+			if (len > 65536)
+				return NULL;
+			if (have - off - 4 < len)
+				break;
+			(void)!write(l->tap, buf + off + 4, len); /* a frame the TAP refuses is dropped */
+			off += 4 + len;
+		}
+		memmove(buf, buf + off, have - off);
+		have -= off;
+	}
+}
+
+static void start_thread(void *(*fn)(void *), void *arg);
+
+static void start_net(struct tk_ctx *c, int tap)
+{
+	struct net_link *l = calloc(1, sizeof(*l));
+	l->tap = tap;
+	l->sock = c->net_fd;
+	start_thread(net_to_sock, l);
+	start_thread(net_to_tap, l);
+}
 
 struct pair {
 	int a, b;
@@ -895,6 +1006,13 @@ int32_t tk_run(struct tk_ctx *c)
 			return vm_error("listen on", c->vports[i].path);
 		nacc++;
 	}
+	if (c->net_path) { /* libkrun connects to a path when the VM starts */
+		struct sockaddr_un sa = {.sun_family = AF_UNIX};
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", c->net_path);
+		c->net_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (c->net_fd < 0 || connect(c->net_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			return vm_error("connect the net socket", c->net_path);
+	}
 	no_boot(getenv("TESTKRUN_NO_BOOT"));
 
 	int sp[2], um[2] = {-1, -1};
@@ -924,10 +1042,12 @@ int32_t tk_run(struct tk_ctx *c)
 		close(um[1]);
 	}
 
-	/* Guest-side listeners and the guest's vsock directory. */
+	/* Guest-side listeners, the guest's vsock directory, and its eth0. */
 	int fds[256];
 	int n = recv_fds(sp[0], fds, 256);
 	close(sp[0]);
+	if (n > 0 && c->has_net)
+		start_net(c, fds[--n]);
 	if (n > 0) {
 		char vsock_dir[64];
 		snprintf(vsock_dir, sizeof(vsock_dir), "/proc/self/fd/%d", fds[n - 1]);

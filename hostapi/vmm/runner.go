@@ -117,9 +117,16 @@ func runnerMain(dir string) int {
 	if err := raiseNofile(); err != nil {
 		return fail("raise RLIMIT_NOFILE: %v", err)
 	}
-	ctx, shares, err := configure(lib, spec)
+	ctx, shares, netHost, err := configure(lib, spec)
 	if err != nil {
 		return fail("configure libkrun: %v", err)
+	}
+	if netHost != nil {
+		// The stack runs in this process's other threads while this one
+		// becomes the VM.
+		if _, err := startNet(dir, spec, lib, netHost); err != nil {
+			return fail("network: %v", err)
+		}
 	}
 	if err := writeRunnerInfo(dir, lib); err != nil {
 		return fail("%v", err)
@@ -141,22 +148,24 @@ func runnerMain(dir string) int {
 // path was resolved when the sandbox was created; a symlink planted since
 // by a guest that writes a parent directory is refused) and gives libkrun
 // that directory (sharePath), not a path it would resolve again. The
-// returned files must stay open as long as the VM runs.
-func configure(lib *krun.Library, spec *Spec) (*krun.Context, []*os.File, error) {
+// returned files must stay open as long as the VM runs. For a network of
+// krunbox's stack it also returns the host's end of the guest's link.
+func configure(lib *krun.Library, spec *Spec) (*krun.Context, []*os.File, *os.File, error) {
 	if spec.LogLevel > 0 {
 		err := lib.InitLog(2, spec.LogLevel)
 		if errors.Is(err, krun.ErrUnsupported) {
 			err = lib.SetLogLevel(spec.LogLevel)
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	ctx, err := lib.NewContext()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var shares []*os.File
+	var netHost *os.File
 	steps := []func() error{
 		func() error {
 			if spec.VCPUs == 0 && spec.MemoryMiB == 0 {
@@ -205,6 +214,11 @@ func configure(lib *krun.Library, spec *Spec) (*krun.Context, []*os.File, error)
 			return nil
 		},
 		func() error {
+			var err error
+			netHost, err = configureNet(ctx, lib, spec)
+			return err
+		},
+		func() error {
 			for _, p := range spec.Vsock {
 				path, err := shortSocketPath(p.HostPath)
 				if err != nil {
@@ -217,8 +231,8 @@ func configure(lib *krun.Library, spec *Spec) (*krun.Context, []*os.File, error)
 			return nil
 		},
 		func() error {
-			if len(spec.PortMap) == 0 {
-				return nil
+			if len(spec.PortMap) == 0 || netHost != nil {
+				return nil // the stack publishes them
 			}
 			return ctx.SetPortMap(spec.portMap())
 		},
@@ -233,10 +247,13 @@ func configure(lib *krun.Library, spec *Spec) (*krun.Context, []*os.File, error)
 		if err := step(); err != nil {
 			ctx.Free()
 			closeAll(shares)
-			return nil, nil, err
+			if netHost != nil {
+				netHost.Close()
+			}
+			return nil, nil, nil, err
 		}
 	}
-	return ctx, shares, nil
+	return ctx, shares, netHost, nil
 }
 
 func closeAll(files []*os.File) {
@@ -466,7 +483,7 @@ func probeContext(lib *krun.Library) error {
 		ConsoleLog: filepath.Join(tmp, "console.log"),
 		Files:      []File{{Path: "/.krunbox/agent.json", Mode: 0o644, Data: []byte("{}")}},
 	}
-	ctx, shares, err := configure(lib, spec)
+	ctx, shares, _, err := configure(lib, spec)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/krunbox/krunbox/internal/atomicfile"
+	"github.com/krunbox/krunbox/internal/netpolicy"
 	"github.com/krunbox/krunbox/krun"
 )
 
@@ -43,9 +45,12 @@ type Spec struct {
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
 	// Vsock maps guest vsock ports to host unix sockets.
 	Vsock []VsockPort `json:"vsock,omitempty"`
-	// Network is the guest network: "tsi" (the default) or "none".
+	// Network is the guest network: "tsi" (the default here), "none",
+	// or one of the modes of krunbox's network stack: "public", "open",
+	// "allow=RULE,..." (package netpolicy).
 	Network Network `json:"network,omitempty"`
-	// PortMap maps host ports to guest ports under TSI.
+	// PortMap publishes guest ports on the host: through libkrun under
+	// TSI, through the runner's network stack otherwise.
 	PortMap []PortMapping `json:"port_map,omitempty"`
 	// ConsoleLog is the host file receiving the VM's console: kernel and
 	// init messages and the program's stdout and stderr.
@@ -169,12 +174,30 @@ const (
 	// NetworkNone gives the guest no network at all; vsock ports still
 	// work (krun_disable_implicit_vsock + krun_add_vsock(ctx, 0)).
 	NetworkNone Network = "none"
+	// NetworkPublic gives the guest the internet through the runner's
+	// network stack, but no private, loopback, link-local, multicast or
+	// host address.
+	NetworkPublic Network = "public"
+	// NetworkOpen gives the guest everything through the runner's
+	// network stack, the LAN and the host's loopback included.
+	NetworkOpen Network = "open"
 )
 
-// PortMapping exposes a guest TCP port on a host port (TSI only).
+// Policy parses the network setting.
+func (n Network) Policy() (netpolicy.Spec, error) {
+	if n == "" {
+		return netpolicy.Spec{Mode: netpolicy.TSI}, nil
+	}
+	return netpolicy.Parse(string(n))
+}
+
+// PortMapping exposes a guest TCP port on a host port.
 type PortMapping struct {
-	Host  uint16 `json:"host"`
-	Guest uint16 `json:"guest"`
+	// HostIP is the host address listened on: 127.0.0.1 when empty.
+	// Under TSI libkrun chooses, and HostIP must be empty.
+	HostIP string `json:"host_ip,omitempty"`
+	Host   uint16 `json:"host"`
+	Guest  uint16 `json:"guest"`
 }
 
 // File is a file placed into the guest. Its directories are krunbox's:
@@ -303,16 +326,22 @@ func (s *Spec) Validate() error {
 		abs(fmt.Sprintf("vsock port %d", v.Port), v.HostPath)
 	}
 
-	switch s.Network {
-	case "", NetworkTSI, NetworkNone:
-	default:
-		bad("network %q: want %q or %q", s.Network, NetworkTSI, NetworkNone)
+	np, err := s.Network.Policy()
+	if err != nil {
+		bad("%v", err)
 	}
 	hostPorts, guestPorts := map[uint16]bool{}, map[uint16]bool{}
 	for _, pm := range s.PortMap {
-		if s.Network == NetworkNone {
-			bad("port map: needs network %q", NetworkTSI)
+		if np.Mode == netpolicy.None {
+			bad("port map: needs a network")
 			break
+		}
+		if pm.HostIP != "" {
+			if np.Mode == netpolicy.TSI {
+				bad("port map %s:%d:%d: a host address needs a network other than tsi", pm.HostIP, pm.Host, pm.Guest)
+			} else if _, err := netip.ParseAddr(pm.HostIP); err != nil {
+				bad("port map: host address %q: %v", pm.HostIP, err)
+			}
 		}
 		if hostPorts[pm.Host] || guestPorts[pm.Guest] {
 			bad("port map %d:%d: host or guest port mapped twice", pm.Host, pm.Guest)

@@ -53,7 +53,14 @@ func TestSpecValidate(t *testing.T) {
 		{"rlimit cur above max", func(s *Spec) { s.Rlimits = []Rlimit{{Resource: "nofile", Cur: 2, Max: 1}} }, "above max"},
 		{"duplicate vsock port", func(s *Spec) { s.Vsock = []VsockPort{{Port: 1, HostPath: "/a"}, {Port: 1, HostPath: "/b"}} }, "mapped twice"},
 		{"unknown network", func(s *Spec) { s.Network = "bridge" }, "network"},
-		{"port map without network", func(s *Spec) { s.Network = NetworkNone; s.PortMap = []PortMapping{{Host: 80, Guest: 80}} }, "needs network"},
+		{"port map without network", func(s *Spec) { s.Network = NetworkNone; s.PortMap = []PortMapping{{Host: 80, Guest: 80}} }, "needs a network"},
+		{"malformed network rule", func(s *Spec) { s.Network = "allow=exa mple.com" }, "not allowed in a host name"},
+		{"unknown network", func(s *Spec) { s.Network = "wide" }, "want none, public"},
+		{"port map address under tsi", func(s *Spec) { s.PortMap = []PortMapping{{HostIP: "0.0.0.0", Host: 80, Guest: 80}} }, "other than tsi"},
+		{"port map bad address", func(s *Spec) {
+			s.Network = NetworkPublic
+			s.PortMap = []PortMapping{{HostIP: "localhost", Host: 80, Guest: 80}}
+		}, "host address"},
 		{"duplicate host port", func(s *Spec) { s.PortMap = []PortMapping{{Host: 80, Guest: 80}, {Host: 80, Guest: 81}} }, "mapped twice"},
 		{"file without content", func(s *Spec) { s.Files = []File{{Path: "/f", Mode: 0o644}} }, "exactly one of source and data"},
 		{"file with both", func(s *Spec) { s.Files = []File{{Path: "/f", Source: "/s", Data: []byte("x")}} }, "exactly one"},

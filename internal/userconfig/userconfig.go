@@ -17,6 +17,8 @@ import (
 
 	"github.com/docker/go-units"
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/krunbox/krunbox/internal/netpolicy"
 )
 
 // FileName is the name of the configuration file in the config directory.
@@ -30,8 +32,9 @@ type Config struct {
 	CPUs int
 	// MemoryMiB is the memory of a sandbox, in MiB.
 	MemoryMiB int
-	// Network is "tsi" (the host's network, through libkrun's TSI) or
-	// "none".
+	// Network is "public" (the default), "allow=RULE,...", "open", "tsi"
+	// (the host's network, through libkrun's TSI) or "none" (package
+	// netpolicy).
 	Network string
 	// PullPolicy is "if-missing", "always" or "never".
 	PullPolicy string
@@ -93,8 +96,17 @@ var settings = []setting{
 			return nil
 		},
 		func(c *Config) string { return FormatMemory(c.MemoryMiB) }},
-	{"network", "KRUNBOX_NETWORK", "tsi (the host's network) or none",
-		func(c *Config, v string) error { return oneOf(&c.Network, v, "tsi", "none") },
+	{"network", "KRUNBOX_NETWORK", "public (the internet, no private or host address), allow=RULE,..., open, tsi (the host's network) or none",
+		func(c *Config, v string) error {
+			if v == "" {
+				return errors.New("want public, allow=RULE,..., open, tsi or none")
+			}
+			if _, err := netpolicy.Parse(v); err != nil {
+				return err
+			}
+			c.Network = v
+			return nil
+		},
 		func(c *Config) string { return c.Network }},
 	{"pull_policy", "KRUNBOX_PULL_POLICY", "missing (or if-missing), always or never",
 		func(c *Config, v string) error {
@@ -160,7 +172,7 @@ func Defaults() *Config {
 		Image:        "alpine",
 		CPUs:         2,
 		MemoryMiB:    2048,
-		Network:      "tsi",
+		Network:      "public",
 		PullPolicy:   "if-missing",
 		StopTimeout:  10 * time.Second,
 		StartTimeout: 60 * time.Second,

@@ -75,7 +75,7 @@ func TestNoFileGivesDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Defaults()
-	if c.Image != d.Image || c.CPUs != 2 || c.MemoryMiB != 2048 || c.Network != "tsi" || c.StartTimeout != time.Minute {
+	if c.Image != d.Image || c.CPUs != 2 || c.MemoryMiB != 2048 || c.Network != "public" || c.StartTimeout != time.Minute {
 		t.Fatalf("Load without a file = %+v, want the defaults", c)
 	}
 	for _, e := range c.Entries() {
@@ -97,7 +97,7 @@ func TestErrorsNameTheCulprit(t *testing.T) {
 		{"cpus type", "cpus = 1.5\n", nil, []string{"cpus", "unsupported value"}},
 		{"memory", "memory = \"lots\"\n", nil, []string{"memory", "2GiB"}},
 		{"memory too small", "memory = \"1MiB\"\n", nil, []string{"128MiB"}},
-		{"network", "", map[string]string{"KRUNBOX_NETWORK": "host"}, []string{"KRUNBOX_NETWORK", "tsi, none"}},
+		{"network", "", map[string]string{"KRUNBOX_NETWORK": "host"}, []string{"KRUNBOX_NETWORK", "tsi or allow="}},
 		{"policy", "pull_policy = \"sometimes\"\n", nil, []string{"if-missing, always, never"}},
 		{"duration", "", map[string]string{"KRUNBOX_IDLE_TIMEOUT": "-1s"}, []string{"KRUNBOX_IDLE_TIMEOUT", "duration"}},
 		{"start timeout 0", "start_timeout = \"0\"\n", nil, []string{"start_timeout", "above 0"}},

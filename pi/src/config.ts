@@ -24,7 +24,8 @@ export interface KrunboxConfig {
   pull: "missing" | "always" | "never";
   cpus: number;
   memory_mib: number;
-  network: "tsi" | "none";
+  /** "public" (default), "allow=RULE,...", "open", "tsi" or "none" (krunbox --net). */
+  network: string;
   /** Stop the VM after this long without tool calls; 0 = never. */
   idle_timeout_sec: number;
   /** Stop the sandbox when pi exits (default: keep it for the next session). */
@@ -62,7 +63,7 @@ export const DEFAULTS: Readonly<KrunboxConfig> = Object.freeze({
   pull: "missing",
   cpus: 2,
   memory_mib: 2048,
-  network: "tsi",
+  network: "public",
   idle_timeout_sec: 1800,
   stop_on_exit: false,
   start_timeout_sec: 120,
@@ -102,7 +103,6 @@ const KINDS: Record<ConfigKey, Kind> = {
 
 const ENUMS: Partial<Record<ConfigKey, readonly string[]>> = {
   pull: ["missing", "always", "never"],
-  network: ["tsi", "none"],
   fallback: ["none", "host"],
 };
 
@@ -184,9 +184,13 @@ function checkValue(key: ConfigKey, value: unknown, origin: string): unknown {
       if (typeof value !== "boolean") throw new ConfigError(`${where}: want true or false, got ${JSON.stringify(value)}`);
       return value;
     case "string": {
+      if (key === "network" && typeof value === "object" && value !== null && !Array.isArray(value)) value = networkTable(value as Record<string, unknown>, where);
       if (typeof value !== "string" || value === "") throw new ConfigError(`${where}: want a non-empty string, got ${JSON.stringify(value)}`);
       const allowed = ENUMS[key];
       if (allowed && !allowed.includes(value)) throw new ConfigError(`${where}: want one of ${allowed.join(", ")}, got ${JSON.stringify(value)}`);
+      if (key === "network" && !validNetwork(value)) {
+        throw new ConfigError(`${where}: want public, allow=RULE,..., open, tsi or none, got ${JSON.stringify(value)}`);
+      }
       if (key === "shell" && value !== "auto" && !path.posix.isAbsolute(value)) {
         throw new ConfigError(`${where}: want "auto" or an absolute guest path, got ${JSON.stringify(value)}`);
       }
@@ -338,6 +342,43 @@ export function projectConfigFile(workspace: string): string {
   return path.join(workspace, ".pi", "krunbox.toml");
 }
 
+const REACH_ALLOW = 1;
+
+/** How far a network setting reaches: none < allow= < public < open, tsi. */
+export function networkReach(n: string): number {
+  if (n === "none") return 0;
+  if (n.startsWith("allow=")) return REACH_ALLOW;
+  if (n === "public") return 2;
+  return 3;
+}
+
+/** A network setting krunbox takes (the rules themselves are checked by krunbox). */
+export function validNetwork(n: string): boolean {
+  return ["none", "public", "open", "tsi"].includes(n) || /^allow=[^\s]+$/.test(n);
+}
+
+/**
+ * The [network] table: `mode = "public" | "allow" | "open" | "tsi" | "none"`, and for
+ * allow, `allow = ["registry.npmjs.org", "*.example.com:443", "10.0.0.0/8"]`; the same
+ * as network = "allow=registry.npmjs.org,...".
+ */
+function networkTable(t: Record<string, unknown>, where: string): string {
+  for (const k of Object.keys(t)) {
+    if (k !== "mode" && k !== "allow") throw new ConfigError(`${where}.${k}: unknown key (want mode, allow)`);
+  }
+  const mode = t.mode ?? (t.allow !== undefined ? "allow" : undefined);
+  if (typeof mode !== "string") throw new ConfigError(`${where}.mode: want public, allow, open, tsi or none`);
+  if (mode !== "allow") {
+    if (t.allow !== undefined) throw new ConfigError(`${where}.allow: only with mode = "allow"`);
+    return mode;
+  }
+  const rules = t.allow;
+  if (!Array.isArray(rules) || rules.length === 0 || rules.some((r) => typeof r !== "string" || r === "" || /[\s,]/.test(r))) {
+    throw new ConfigError(`${where}.allow: want a non-empty list of rules (host names, *.domain, IPs, CIDRs, each optionally :PORT)`);
+  }
+  return `allow=${rules.join(",")}`;
+}
+
 function mountKey(m: MountConfig): string {
   return `${m.host}\u0000${m.guest ?? m.host}`;
 }
@@ -362,7 +403,8 @@ export function narrowProject(base: KrunboxConfig, project: Layer, origin: strin
         else out[k] = v;
         break;
       case "network":
-        if (v === "tsi" && base.network === "none") refuse(`network = "tsi"`, "would give the VM a network");
+        if (networkReach(v as string) > networkReach(base.network) || (networkReach(v as string) === REACH_ALLOW && v !== base.network && base.network.startsWith("allow=")))
+          refuse(`network = "${v}"`, `would widen the network (${base.network})`);
         else out.network = v;
         break;
       case "fallback":

@@ -103,7 +103,7 @@ export class KrunboxExtension {
   register(): void {
     const pi = this.pi;
     pi.registerFlag("krunbox-image", { description: "krunbox: image of the project's sandbox", type: "string" });
-    pi.registerFlag("krunbox-network", { description: "krunbox: network of the sandbox (tsi or none)", type: "string" });
+    pi.registerFlag("krunbox-network", { description: "krunbox: network of the sandbox (public, allow=RULE,..., open, tsi or none)", type: "string" });
     pi.registerFlag("krunbox-off", {
       description: "krunbox: run tools on the host, not in the sandbox (every call labelled)",
       type: "boolean",
@@ -111,9 +111,9 @@ export class KrunboxExtension {
     });
     this.registerTools();
     pi.registerCommand("krunbox", {
-      description: "krunbox sandbox: status | on | off | restart | logs | config",
+      description: "krunbox sandbox: status | on | off | restart | logs | config | network allow|deny RULE...",
       getArgumentCompletions: (prefix: string) =>
-        ["status", "on", "off", "restart", "logs", "config"].filter((c) => c.startsWith(prefix)).map((c) => ({ value: c, label: c })),
+        ["status", "on", "off", "restart", "logs", "config", "network"].filter((c) => c.startsWith(prefix)).map((c) => ({ value: c, label: c })),
       handler: async (args: string, ctx: ExtensionContext) => this.command(args.trim(), ctx),
     });
     pi.on("session_start", async (_event, ctx) => this.sessionStart(ctx));
@@ -519,8 +519,10 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
         return this.restart(ctx);
       case "logs":
         return this.say(await this.logs());
+      case "network":
+        return this.network(args.split(/\s+/).filter(Boolean).slice(1));
       default:
-        return this.say(`krunbox: unknown subcommand "${sub}". Use: /krunbox status | on | off | restart | logs | config`, "error");
+        return this.say(`krunbox: unknown subcommand "${sub}". Use: /krunbox status | on | off | restart | logs | config | network allow|deny RULE...`, "error");
     }
   }
 
@@ -578,6 +580,26 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
       }
     }
     return lines.join("\n");
+  }
+
+  /** /krunbox network allow|deny RULE...: change the rules of the running sandbox (network allow=...). */
+  private async network(args: string[]): Promise<void> {
+    const [op, ...rules] = args;
+    if ((op !== "allow" && op !== "deny") || rules.length === 0) {
+      return this.say("krunbox: usage: /krunbox network allow|deny RULE... (a host name, *.domain, an IP or a CIDR, each optionally :PORT)", "error");
+    }
+    const conn = this.ctrl?.connection;
+    if (!conn || conn.closed || !this.ctrl) return this.say("krunbox: network: the sandbox is not running", "error");
+    try {
+      const r = await conn.request<{ network: string }>(
+        "sandbox.network",
+        { name: this.ctrl.name, op, rules },
+        { timeoutMs: this.ctrl.healthTimeoutMs },
+      );
+      return this.say(`krunbox: network is now ${r.network}`);
+    } catch (err) {
+      return this.say(`krunbox: network ${op}: ${(err as Error).message}`, "error");
+    }
   }
 
   private async logs(): Promise<string> {

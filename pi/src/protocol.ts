@@ -105,7 +105,8 @@ export interface MountSpec {
   readOnly?: boolean;
 }
 
-export type NetworkMode = "tsi" | "none";
+/** "public", "allow=RULE,...", "open", "tsi" or "none". */
+export type NetworkMode = string;
 export type PullPolicy = "missing" | "always" | "never";
 
 /** `config` of sandbox.ensure and sandbox.restart. */

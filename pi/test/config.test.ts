@@ -71,8 +71,8 @@ describe("config layering", () => {
   });
 
   test("bad values are errors naming the file and key, never silently ignored", () => {
-    files(`network = "open"\n`);
-    assert.throws(() => load(), (e: Error) => e instanceof ConfigError && /pi\.toml: network: want one of tsi, none/.test(e.message));
+    files(`network = "wide"\n`);
+    assert.throws(() => load(), (e: Error) => e instanceof ConfigError && /pi\.toml: network: want public, allow=RULE/.test(e.message));
     files(`cpus = "many"\n`);
     assert.throws(() => load(), /cpus: want an integer/);
     files(`image = [\n`);
@@ -200,6 +200,37 @@ describe("untrusted project files may narrow, not widen", () => {
     assert.equal(load({ piTrustsProject: undefined }).config.fallback, "host");
     files(`trusted_projects = ["/somewhere/else"]\n`, `fallback = "host"\n`);
     assert.equal(load({ piTrustsProject: undefined }).config.fallback, "none");
+  });
+
+  test("the [network] table", () => {
+    files(`[network]\nmode = "allow"\nallow = ["registry.npmjs.org", "*.example.com:443"]\n`);
+    assert.equal(load().config.network, "allow=registry.npmjs.org,*.example.com:443");
+    files(`[network]\nmode = "none"\n`);
+    assert.equal(load().config.network, "none");
+    for (const bad of [`[network]\nmode = "allow"\n`, `[network]\nmode = "public"\nallow = ["a.test"]\n`, `[network]\nallow = ["a b"]\n`, `[network]\nports = 1\n`]) {
+      files(bad);
+      assert.throws(() => load(), (e: Error) => e instanceof ConfigError && /network/.test(e.message), bad);
+    }
+  });
+
+  test("an untrusted project may narrow the network, never widen it", () => {
+    const cases: [string, string, string][] = [
+      // user, project, result
+      ["public", "allow=registry.npmjs.org", "allow=registry.npmjs.org"],
+      ["public", "none", "none"],
+      ["public", "open", "public"],
+      ["public", "tsi", "public"],
+      ["allow=a.test", "allow=a.test,b.test", "allow=a.test"],
+      ["allow=a.test", "public", "allow=a.test"],
+      ["none", "allow=a.test", "none"],
+      ["open", "public", "public"],
+    ];
+    for (const [user, project, want] of cases) {
+      files(`network = ${JSON.stringify(user)}\n`, `network = ${JSON.stringify(project)}\n`);
+      const l = load({ piTrustsProject: false });
+      assert.equal(l.config.network, want, `${user} then ${project}`);
+      if (want !== project) assert.ok(l.warnings.some((w) => w.includes("would widen the network")), `${user} then ${project}: ${l.warnings}`);
+    }
   });
 
   test("environment and flags (the user's) may widen again", () => {

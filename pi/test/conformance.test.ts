@@ -69,7 +69,7 @@ describe(`serve protocol conformance (${IS_STANDIN ? "stand-in" : SERVE_BIN})`, 
   test("sandbox.ensure validates", async () => {
     assert.equal((await rpcRejection(c.request("sandbox.ensure", { name: "Bad_Name", workspace: env.workspace, config: { image: IMAGE } }))).code, ErrorCode.InvalidParams);
     assert.equal((await rpcRejection(c.request("sandbox.ensure", { name: "t-rel", workspace: "relative/ws", config: { image: IMAGE } }))).code, ErrorCode.InvalidParams);
-    assert.equal((await rpcRejection(c.request("sandbox.ensure", env.ensureParams("t-net", { network: "open" })))).code, ErrorCode.InvalidConfig);
+    assert.equal((await rpcRejection(c.request("sandbox.ensure", env.ensureParams("t-net", { network: "wide" })))).code, ErrorCode.InvalidConfig);
     assert.equal((await rpcRejection(c.request("sandbox.ensure", env.ensureParams("t-cpu", { cpus: 0 })))).code, ErrorCode.InvalidConfig);
     assert.equal(
       (await rpcRejection(c.request("sandbox.ensure", env.ensureParams("t-mnt", { mounts: [{ host: env.home, guest: "/proc" }] })))).code,

@@ -503,6 +503,21 @@ describe("host execution only when asked, always labelled", () => {
 });
 
 describe("/krunbox", () => {
+  test("network allow|deny changes the running sandbox's rules", async () => {
+    const s = await setup({ user: `network = "allow=a.test"\n` });
+    await ready(s);
+    const last = () => s.pi.notes[s.pi.notes.length - 1]?.message ?? "";
+    await s.pi.command("krunbox", "network allow b.test:443");
+    assert.match(last(), /^krunbox: network is now allow=a\.test,b\.test:443$/);
+    await s.pi.command("krunbox", "network deny a.test");
+    assert.match(last(), /^krunbox: network is now allow=b\.test:443$/);
+    await s.pi.command("krunbox", "network open");
+    assert.match(last(), /usage: \/krunbox network allow\|deny RULE/);
+    await s.pi.command("krunbox", "network allow bad,rule");
+    assert.match(last(), /^krunbox: network allow: /);
+    await shutdown(s);
+  });
+
   test("status, config, logs, restart", async () => {
     const s = await setup({ user: "cpus = 1\n" });
     await ready(s);

@@ -166,8 +166,10 @@ async function parseEnsure(p: Record<string, unknown>): Promise<{ name: string; 
   if (!Number.isInteger(cpus) || (cpus as number) < 1) throw new ServeError(1012, `config.cpus ${cpus}: want an integer ≥ 1`);
   const memoryMiB = c.memoryMiB ?? 2048;
   if (!Number.isInteger(memoryMiB) || (memoryMiB as number) < 128) throw new ServeError(1012, `config.memoryMiB ${memoryMiB}: want an integer ≥ 128`);
-  const network = c.network ?? "tsi";
-  if (network !== "tsi" && network !== "none") throw new ServeError(1012, `config.network ${JSON.stringify(network)}: want "tsi" or "none"`);
+  const network = String(c.network ?? "public");
+  if (!["public", "open", "tsi", "none"].includes(network) && !/^allow=\S+$/.test(network)) {
+    throw new ServeError(1012, `config.network ${JSON.stringify(network)}: want public, allow=RULE,..., open, tsi or none`);
+  }
   const pull = c.pull ?? "missing";
   if (!["missing", "always", "never"].includes(pull as string)) throw new ServeError(1012, `config.pull ${JSON.stringify(pull)}: want missing, always or never`);
   const idleTimeoutSec = c.idleTimeoutSec ?? 0;
@@ -365,6 +367,27 @@ const methods: Record<string, Handler> = {
     await save(s);
     await consoleLog(name, "agent: shutdown requested");
     return status(s, name);
+  },
+
+  async "sandbox.network"(p) {
+    const name = sandboxName(p);
+    const op = p.op;
+    const rules = p.rules;
+    if (op !== "allow" && op !== "deny") throw new ServeError(-32602, `op ${JSON.stringify(op)}: want allow or deny`);
+    if (!Array.isArray(rules) || rules.length === 0 || rules.some((r) => typeof r !== "string" || !/^[^\s,]+$/.test(r))) {
+      throw new ServeError(rules === undefined || (Array.isArray(rules) && rules.length === 0) ? -32602 : 1012, "rules: want host names, *.domain, IPs or CIDRs");
+    }
+    const s = await ready(name);
+    if (!s.config.network.startsWith("allow=")) throw new ServeError(1002, `sandbox ${name}: network ${s.config.network}: rules apply to network allow=... only`);
+    const target = (r: string) => r.replace(/:[0-9+]+$/, "");
+    let have = s.config.network.slice("allow=".length).split(",");
+    for (const r of rules as string[]) {
+      have = have.filter((h) => target(h) !== target(r));
+      if (op === "allow") have.push(r);
+    }
+    s.config.network = `allow=${have.join(",")}`;
+    await save(s);
+    return { network: s.config.network };
   },
 
   async "sandbox.logs"(p) {

@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// BenchmarkNetwork compares krunbox's network stack (public) with libkrun's
+// TSI on the double, in the same run: the mean TCP connect time to a server
+// on the host, and a 256 MiB HTTP download (make bench-net; BENCHMARKS.md).
+// Each b.N is one sandbox per mode measuring 200 connects and one download.
+func BenchmarkNetwork(b *testing.B) {
+	if imageErr != nil {
+		b.Skip(imageErr)
+	}
+	lib := os.Getenv("KRUNBOX_TEST_LIBKRUN")
+	if lib == "" {
+		b.Skip("KRUNBOX_TEST_LIBKRUN: the double (make bench-net sets it)")
+	}
+	e := &env{t: b, suite: &suite{mode: double, lib: lib}, home: b.TempDir()}
+	b.Cleanup(e.cleanup)
+	e.pull()
+	probe := filepath.Join(b.TempDir(), "netprobe")
+	build := exec.Command("go", "build", "-o", probe, "../hack/netprobe")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build netprobe: %v\n%s", err, out)
+	}
+	const size = 256 << 20
+	// 127.0.0.2 is 198.51.100.2 for the stack (KRUNBOX_TEST_NET_LOOPBACK);
+	// under TSI the guest uses the host's sockets, so 127.0.0.2 itself.
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		b.Skip(err)
+	}
+	chunk := make([]byte, 1<<20)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		for range size / len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})}
+	go srv.Serve(l)
+	b.Cleanup(func() { srv.Close() })
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	e.extra = append(e.extra, "KRUNBOX_TEST_NET_LOOPBACK=1")
+
+	modes := []struct{ net, host string }{{"tsi", "127.0.0.2"}, {"public", "198.51.100.2"}}
+	for i, m := range modes {
+		name := "bench-" + m.net
+		if r := e.krunbox("create", "--name", name, "--net", m.net, image); r.code != 0 {
+			b.Fatalf("create: %s", r)
+		}
+		if r := e.krunbox("start", name); r.code != 0 {
+			b.Fatalf("start: %s", r)
+		}
+		if r := e.krunbox("cp", probe, name+":/netprobe"); r.code != 0 {
+			b.Fatalf("cp: %s", r)
+		}
+		modes[i].host = m.host + ":" + port
+	}
+	var connect, mbps [2]float64
+	b.ResetTimer()
+	for range b.N {
+		for i, m := range modes {
+			name := "bench-" + m.net
+			r := e.krunbox("exec", name, "/netprobe", "connect", m.host, "200")
+			us, err := strconv.ParseFloat(strings.TrimSpace(r.stdout), 64)
+			if r.code != 0 || err != nil {
+				b.Fatalf("%s connect: %s", m.net, r)
+			}
+			connect[i] += us
+			r = e.krunbox("exec", name, "/netprobe", "get", "http://"+m.host+"/")
+			var n int64
+			var rate float64
+			if _, err := fmt.Sscan(r.stdout, &n, &rate); r.code != 0 || err != nil || n != size {
+				b.Fatalf("%s get: %s", m.net, r)
+			}
+			mbps[i] += rate
+		}
+	}
+	b.StopTimer()
+	for i, m := range modes {
+		b.ReportMetric(connect[i]/float64(b.N), m.net+"-connect-µs")
+		b.ReportMetric(mbps[i]/float64(b.N), m.net+"-MB/s")
+	}
+}

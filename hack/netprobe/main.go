@@ -1,0 +1,60 @@
+// Command netprobe measures, from inside a sandbox, what the network
+// benchmark (make bench-net, BENCHMARKS.md) compares between network modes:
+//
+//	netprobe connect ADDR N   mean time of N TCP connects (and closes), in µs
+//	netprobe get URL          bytes of an HTTP GET, read to the end, and MB/s
+//
+// It is built static and copied into the guest by the benchmark.
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "netprobe:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	switch {
+	case len(args) == 3 && args[0] == "connect":
+		n, err := strconv.Atoi(args[2])
+		if err != nil || n < 1 {
+			return fmt.Errorf("connect: bad count %q", args[2])
+		}
+		start := time.Now()
+		for range n {
+			c, err := net.Dial("tcp", args[1])
+			if err != nil {
+				return err
+			}
+			c.Close()
+		}
+		fmt.Printf("%.1f\n", float64(time.Since(start).Microseconds())/float64(n))
+		return nil
+	case len(args) == 2 && args[0] == "get":
+		start := time.Now()
+		resp, err := http.Get(args[1])
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err != nil {
+			return err
+		}
+		s := time.Since(start).Seconds()
+		fmt.Printf("%d %.1f\n", n, float64(n)/s/1e6)
+		return nil
+	}
+	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe get URL")
+}

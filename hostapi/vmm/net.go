@@ -1,0 +1,303 @@
+package vmm
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/krunbox/krunbox/internal/netpolicy"
+	"github.com/krunbox/krunbox/internal/netstack"
+	"github.com/krunbox/krunbox/krun"
+)
+
+// Files of a VM directory for the network stack.
+const (
+	// NetLogFile receives, one JSON object ([netstack.Refusal]) a line,
+	// what the network policy refused.
+	NetLogFile = "net.log"
+	// NetSocket is where the runner serves network rule changes
+	// ([ChangeNetwork]) while the VM runs with krunbox's stack.
+	NetSocket = "net.sock"
+)
+
+// maxNetLog bounds the refusal log: past it, the log starts again.
+const maxNetLog = 4 << 20
+
+// Test hooks, honoured only under the libkrun test double (whose "guest"
+// shares the host's kernel, so that tests serve the internet from the
+// host's loopback): TestDNSEnv names the upstream DNS server (host:port);
+// TestLoopbackEnv=1 dials 198.51.100.N as 127.0.0.N and counts that range
+// as public.
+const (
+	TestDNSEnv      = "KRUNBOX_TEST_NET_DNS"
+	TestLoopbackEnv = "KRUNBOX_TEST_NET_LOOPBACK"
+)
+
+// testPublic is the range TestLoopbackEnv redirects.
+var testPublic = netip.MustParsePrefix("198.51.100.0/24")
+
+// newInterceptor, when set (by the file of this package that implements
+// secrets), returns the Interceptor of the VM in dir for spec, or nil: the
+// seam through which the TLS interception of allowed connections plugs into
+// the stack without the stack knowing of secrets.
+var newInterceptor func(dir string, spec *Spec) (netstack.Interceptor, error)
+
+// configureNet gives the guest its network device for a mode of krunbox's
+// stack: a virtio-net device on one end of a socket pair, whose other end
+// it returns. Other modes return nil.
+func configureNet(ctx *krun.Context, lib *krun.Library, spec *Spec) (*os.File, error) {
+	np, err := spec.Network.Policy()
+	if err != nil || !np.UsesStack() {
+		return nil, err
+	}
+	// No TSI: a net device turns libkrun's implicit TSI off; where the
+	// library can say so (1.17), say it too.
+	if lib.Has("krun_disable_implicit_vsock") && lib.Has("krun_add_vsock") {
+		if err := ctx.DisableImplicitVsock(); err != nil {
+			return nil, fmt.Errorf("network %s: %w", np.Mode, err)
+		}
+		if err := ctx.AddVsock(0); err != nil {
+			return nil, fmt.Errorf("network %s: %w", np.Mode, err)
+		}
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		return nil, fmt.Errorf("network %s: socket pair: %w", np.Mode, err)
+	}
+	for _, fd := range fds {
+		unix.CloseOnExec(fd)
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 1<<20)
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
+	}
+	if err := ctx.AddNetUnixstream(fds[1], [6]byte(netstack.GuestMAC), 0); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("network %s: %w", np.Mode, err)
+	}
+	return os.NewFile(uintptr(fds[0]), "net"), nil
+}
+
+// startNet serves the guest's link on host (configureNet's end) with the
+// policy of spec, logging refusals in dir, publishing spec's ports and
+// serving rule changes on dir's NetSocket.
+func startNet(dir string, spec *Spec, lib *krun.Library, host *os.File) (*netstack.Stack, error) {
+	np, err := spec.Network.Policy()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := net.FileConn(host)
+	host.Close()
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var opts netpolicy.Options
+	cfg := netstack.Config{Log: log}
+	if lib.IsTestDouble() {
+		cfg.DNS = os.Getenv(TestDNSEnv)
+		if os.Getenv(TestLoopbackEnv) == "1" {
+			opts.Public = []netip.Prefix{testPublic}
+			cfg.Redirect = func(dst netip.AddrPort) netip.AddrPort {
+				if !testPublic.Contains(dst.Addr()) {
+					return dst
+				}
+				b := dst.Addr().As4()
+				return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, b[3]}), dst.Port())
+			}
+		}
+	}
+	cfg.Policy = netpolicy.New(np, opts)
+	if newInterceptor != nil {
+		if cfg.Interceptor, err = newInterceptor(dir, spec); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("network: %w", err)
+		}
+	}
+	nl, err := openNetLog(filepath.Join(dir, NetLogFile))
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	cfg.OnRefuse = nl.write
+	st, err := netstack.Start(conn, cfg)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	for _, pm := range spec.PortMap {
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), pm.Host)
+		if pm.HostIP != "" {
+			addr = netip.AddrPortFrom(netip.MustParseAddr(pm.HostIP), pm.Host)
+		}
+		l, err := net.Listen("tcp", addr.String())
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("publish port %d: %w", pm.Guest, err)
+		}
+		st.Publish(l, pm.Guest)
+	}
+	if err := serveNetControl(filepath.Join(dir, NetSocket), cfg.Policy, st); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// netLog appends refusals to the refusal log, bounded.
+type netLog struct {
+	mu   sync.Mutex
+	f    *os.File
+	size int64
+}
+
+func openNetLog(path string) (*netLog, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("network log: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("network log: %w", err)
+	}
+	return &netLog{f: f, size: fi.Size()}, nil
+}
+
+func (l *netLog) write(r netstack.Refusal) {
+	b, _ := json.Marshal(r)
+	b = append(b, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.size+int64(len(b)) > maxNetLog {
+		l.f.Truncate(0)
+		l.size = 0
+	}
+	n, _ := l.f.Write(b)
+	l.size += int64(n)
+}
+
+// NetChange is a request to the runner's NetSocket.
+type NetChange struct {
+	// Op is "allow", "deny" or "show".
+	Op    string   `json:"op"`
+	Rules []string `json:"rules,omitempty"`
+}
+
+// NetReply is the runner's answer to a NetChange.
+type NetReply struct {
+	// Network is the setting after the change.
+	Network string `json:"network,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// maxNetRequest bounds one request on the NetSocket.
+const maxNetRequest = 64 << 10
+
+func serveNetControl(path string, p *netpolicy.Policy, st *netstack.Stack) error {
+	os.Remove(path)
+	short, err := shortSocketPath(path)
+	if err != nil {
+		return fmt.Errorf("network control socket: %w", err)
+	}
+	l, err := net.Listen("unix", short)
+	if err != nil {
+		return fmt.Errorf("network control socket: %w", err)
+	}
+	go func() {
+		<-st.Done()
+		l.Close()
+	}()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var req NetChange
+				if err := json.NewDecoder(bufio.NewReader(&limitedConn{c, maxNetRequest})).Decode(&req); err != nil {
+					json.NewEncoder(c).Encode(NetReply{Error: "bad request: " + err.Error()})
+					return
+				}
+				json.NewEncoder(c).Encode(applyNetChange(p, req))
+			}()
+		}
+	}()
+	return nil
+}
+
+func applyNetChange(p *netpolicy.Policy, req NetChange) NetReply {
+	rules, err := netpolicy.ParseRules(req.Rules)
+	if err == nil {
+		switch req.Op {
+		case "allow":
+			err = p.Allow(rules)
+		case "deny":
+			err = p.Deny(rules)
+		case "show":
+		default:
+			err = fmt.Errorf("unknown operation %q", req.Op)
+		}
+	}
+	if err != nil {
+		return NetReply{Error: err.Error()}
+	}
+	return NetReply{Network: p.Spec().String()}
+}
+
+type limitedConn struct {
+	c net.Conn
+	n int64
+}
+
+func (l *limitedConn) Read(b []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errors.New("request too large")
+	}
+	if int64(len(b)) > l.n {
+		b = b[:l.n]
+	}
+	n, err := l.c.Read(b)
+	l.n -= int64(n)
+	return n, err
+}
+
+// ChangeNetwork asks the runner of the VM in dir to change its network
+// rules (op "allow" or "deny"; "show" changes nothing) and returns the
+// setting after the change.
+func ChangeNetwork(dir, op string, rules []string) (string, error) {
+	short, err := shortSocketPath(filepath.Join(dir, NetSocket))
+	if err != nil {
+		return "", err
+	}
+	c, err := net.Dial("unix", short)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ECONNREFUSED) {
+			return "", fmt.Errorf("change the network: %w (or its network is not one of krunbox's stack: public, open, allow=)", ErrNotRunning)
+		}
+		return "", fmt.Errorf("change the network: %w", err)
+	}
+	defer c.Close()
+	if err := json.NewEncoder(c).Encode(NetChange{Op: op, Rules: rules}); err != nil {
+		return "", fmt.Errorf("change the network: %w", err)
+	}
+	var r NetReply
+	if err := json.NewDecoder(bufio.NewReader(&limitedConn{c, maxNetRequest})).Decode(&r); err != nil {
+		return "", fmt.Errorf("change the network: %w", err)
+	}
+	if r.Error != "" {
+		return "", fmt.Errorf("change the network: %s", strings.TrimSpace(r.Error))
+	}
+	return r.Network, nil
+}

@@ -1,0 +1,127 @@
+package netstack
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// maxFrame bounds a frame read from the guest: an Ethernet header and the
+// MTU, with room for a VLAN tag. A longer length prefix ends the link.
+const maxFrame = MTU + 18
+
+// outQueue is how many frames the stack may queue for the guest (at most
+// about 12 MiB); a full queue drops frames, which TCP then resends slowly.
+const outQueue = 8192
+
+// streamLink carries Ethernet frames between the stack and a stream socket
+// in the framing of libkrun's krun_add_net_unixstream (passt's and qemu's
+// stream netdev): each frame preceded by its length, 32-bit big-endian.
+type streamLink struct {
+	conn net.Conn
+	ch   *channel.Endpoint
+}
+
+func newStreamLink(conn net.Conn) *streamLink {
+	return &streamLink{conn: conn, ch: channel.New(outQueue, MTU+header.EthernetMinimumSize, tcpipLinkAddr(GatewayMAC))}
+}
+
+// readLoop delivers the guest's frames to the stack until the socket ends.
+func (l *streamLink) readLoop() error {
+	r := bufio.NewReaderSize(l.conn, 256<<10)
+	var hdr [4]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("read a frame from the guest: %w", err)
+		}
+		n := binary.BigEndian.Uint32(hdr[:])
+		if n > maxFrame || n < header.EthernetMinimumSize {
+			return fmt.Errorf("read a frame from the guest: bad length %d", n)
+		}
+		frame := make([]byte, n)
+		if _, err := io.ReadFull(r, frame); err != nil {
+			return fmt.Errorf("read a frame from the guest: %w", err)
+		}
+		if dropInbound(frame) {
+			continue
+		}
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(frame)})
+		l.ch.InjectInbound(0, pkt)
+		pkt.DecRef()
+	}
+}
+
+// writeLoop sends the stack's frames to the guest until ctx ends.
+func (l *streamLink) writeLoop(ctx context.Context) error {
+	w := bufio.NewWriterSize(l.conn, 256<<10)
+	var hdr [4]byte
+	for {
+		pkt := l.ch.ReadContext(ctx)
+		if pkt == nil {
+			return nil
+		}
+		n := 0
+		slices := pkt.AsSlices()
+		for _, s := range slices {
+			n += len(s)
+		}
+		binary.BigEndian.PutUint32(hdr[:], uint32(n))
+		w.Write(hdr[:])
+		for _, s := range slices {
+			w.Write(s)
+		}
+		pkt.DecRef()
+		if l.ch.NumQueued() == 0 {
+			if err := w.Flush(); err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return nil
+				}
+				return fmt.Errorf("write a frame to the guest: %w", err)
+			}
+		}
+	}
+}
+
+// dropInbound reports whether a frame from the guest is an ICMP echo
+// request to anything but the gateway. The stack accepts packets for every
+// address (it forwards), so it would answer those echoes itself, telling
+// the guest that any host is up; krunbox forwards no ICMP.
+func dropInbound(frame []byte) bool {
+	eth := header.Ethernet(frame)
+	payload := frame[header.EthernetMinimumSize:]
+	switch eth.Type() {
+	case header.IPv4ProtocolNumber:
+		ip := header.IPv4(payload)
+		if !ip.IsValid(len(payload)) || ip.TransportProtocol() != header.ICMPv4ProtocolNumber {
+			return false
+		}
+		if ip.DestinationAddress() == tcpipAddr(GatewayIPv4) {
+			return false
+		}
+		icmp := header.ICMPv4(ip.Payload())
+		return len(icmp) < header.ICMPv4MinimumSize || icmp.Type() == header.ICMPv4Echo
+	case header.IPv6ProtocolNumber:
+		ip := header.IPv6(payload)
+		if !ip.IsValid(len(payload)) || ip.TransportProtocol() != header.ICMPv6ProtocolNumber {
+			return false
+		}
+		if ip.DestinationAddress() == tcpipAddr(GatewayIPv6) {
+			return false
+		}
+		icmp := header.ICMPv6(ip.Payload())
+		return len(icmp) < header.ICMPv6MinimumSize || icmp.Type() == header.ICMPv6EchoRequest
+	}
+	return false
+}

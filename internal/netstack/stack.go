@@ -1,0 +1,459 @@
+package netstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/link/ethernet"
+	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/krunbox/krunbox/internal/netpolicy"
+)
+
+// Refusal is a connection or a DNS question the policy refused.
+type Refusal struct {
+	Time time.Time `json:"time"`
+	// Proto is "tcp", "udp", "dns" or "tls".
+	Proto string `json:"proto"`
+	// Name is the host name: the one asked for (dns), the TLS server
+	// name (tls), or the name the sandbox resolved to Addr.
+	Name string `json:"name,omitempty"`
+	// Addr is the destination address and port ("" for dns).
+	Addr   string `json:"addr,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// Config configures a Stack.
+type Config struct {
+	// Policy decides every connection and DNS answer.
+	Policy *netpolicy.Policy
+	// DNS is the upstream DNS server (host:port) the stack's resolver
+	// asks; empty means the host's resolver.
+	DNS string
+	// Redirect, when not nil, maps a destination the policy allowed to
+	// the address dialed on the host. Tests only: servers on the host's
+	// loopback stand for the internet.
+	Redirect func(netip.AddrPort) netip.AddrPort
+	// Interceptor, when not nil, is offered every TCP connection the
+	// policy allowed.
+	Interceptor Interceptor
+	// OnRefuse is called for each refusal (besides the log).
+	OnRefuse func(Refusal)
+	// Log receives what the stack has to say; nil discards it.
+	Log *slog.Logger
+}
+
+// Stack is a userspace TCP/IP stack serving one guest link.
+type Stack struct {
+	cfg      Config
+	s        *stack.Stack
+	link     *streamLink
+	resolver *net.Resolver
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	closers  []io.Closer
+
+	refusedMu sync.Mutex
+	refused   map[string]time.Time
+	dnsSlots  chan struct{}
+}
+
+const nicID = 1
+
+// dialTimeout bounds an upstream connect; udpIdle ends a UDP flow with no
+// traffic either way.
+const (
+	dialTimeout = 10 * time.Second
+	udpIdle     = 60 * time.Second
+)
+
+// Start serves the guest link on conn (a stream socket carrying
+// length-prefixed Ethernet frames) until Close or the socket ends.
+func Start(conn net.Conn, cfg Config) (*Stack, error) {
+	if cfg.Policy == nil {
+		return nil, errors.New("netstack: no policy")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st := &Stack{cfg: cfg, link: newStreamLink(conn), ctx: ctx, cancel: cancel, refused: map[string]time.Time{}, dnsSlots: make(chan struct{}, maxDNSInFlight), resolver: newResolver(cfg.DNS)}
+	st.s = stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+	})
+	fail := func(what string, err tcpip.Error) (*Stack, error) {
+		st.s.Close()
+		cancel()
+		return nil, fmt.Errorf("netstack: %s: %s", what, err)
+	}
+	if err := st.s.CreateNIC(nicID, ethernet.New(st.link.ch)); err != nil {
+		return fail("create the NIC", err)
+	}
+	for _, a := range []netip.Addr{GatewayIPv4, GatewayIPv6} {
+		proto := ipv4.ProtocolNumber
+		if a.Is6() {
+			proto = ipv6.ProtocolNumber
+		}
+		pa := tcpip.ProtocolAddress{Protocol: proto, AddressWithPrefix: tcpipAddr(a).WithPrefix()}
+		if err := st.s.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+			return fail("add "+a.String(), err)
+		}
+	}
+	if err := st.s.SetSpoofing(nicID, true); err != nil {
+		return fail("spoofing", err)
+	}
+	if err := st.s.SetPromiscuousMode(nicID, true); err != nil {
+		return fail("promiscuous mode", err)
+	}
+	st.s.SetRouteTable([]tcpip.Route{
+		{Destination: header4Subnet(), NIC: nicID},
+		{Destination: header6Subnet(), NIC: nicID},
+	})
+	sack := tcpip.TCPSACKEnabled(true)
+	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	// Buffers large enough for a fast local link (gvisor's defaults are
+	// sized for a netstack serving a slow one).
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
+	moderate := tcpip.TCPModerateReceiveBufferOption(true)
+	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &moderate)
+	st.s.SetTransportProtocolHandler(tcp.ProtocolNumber, tcp.NewForwarder(st.s, 0, 1024, st.forwardTCP).HandlePacket)
+	st.s.SetTransportProtocolHandler(udp.ProtocolNumber, udp.NewForwarder(st.s, st.forwardUDP).HandlePacket)
+	if err := st.serveDNS(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	st.wg.Add(2)
+	go func() {
+		defer st.wg.Done()
+		if err := st.link.readLoop(); err != nil {
+			cfg.Log.Warn("guest link", "err", err)
+		}
+		cancel()
+	}()
+	go func() {
+		defer st.wg.Done()
+		if err := st.link.writeLoop(ctx); err != nil {
+			cfg.Log.Warn("guest link", "err", err)
+		}
+	}()
+	return st, nil
+}
+
+// Done is closed when the stack stops: Close, or the guest link ended.
+func (st *Stack) Done() <-chan struct{} { return st.ctx.Done() }
+
+// Close stops the stack and closes the guest link.
+func (st *Stack) Close() error {
+	st.cancel()
+	err := st.link.conn.Close()
+	for _, c := range st.closers {
+		c.Close()
+	}
+	st.wg.Wait()
+	st.link.ch.Close()
+	st.s.Close()
+	return err
+}
+
+// refuse logs r, once a second at most for the same destination (a
+// guest retrying, or sending datagrams, would flood the log).
+func (st *Stack) refuse(r Refusal) {
+	r.Time = time.Now()
+	r.Name = printable(r.Name) // a guest's DNS question can hold any byte
+	key := r.Proto + " " + r.Name + " " + r.Addr
+	st.refusedMu.Lock()
+	last, seen := st.refused[key]
+	if len(st.refused) > 1024 {
+		clear(st.refused)
+	}
+	st.refused[key] = r.Time
+	st.refusedMu.Unlock()
+	if seen && r.Time.Sub(last) < time.Second {
+		return
+	}
+	st.cfg.Log.Warn("network: refused", "proto", r.Proto, "name", r.Name, "addr", r.Addr, "reason", r.Reason)
+	if st.cfg.OnRefuse != nil {
+		st.cfg.OnRefuse(r)
+	}
+}
+
+// check asks the policy about dst; the gateway is the host, which only
+// open mode reaches (its DNS server is served apart).
+func (st *Stack) check(dst netip.AddrPort) netpolicy.Decision {
+	if isGateway(dst.Addr()) {
+		if st.cfg.Policy.Spec().Mode == netpolicy.Open {
+			return netpolicy.Decision{Allowed: true, Reason: "open: the host"}
+		}
+		return netpolicy.Decision{Reason: "the host (only network open reaches it)"}
+	}
+	return st.cfg.Policy.Check(dst)
+}
+
+func (st *Stack) dial(ctx context.Context, network string, dst netip.AddrPort) (net.Conn, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	return d.DialContext(ctx, network, st.hostAddr(dst).String())
+}
+
+// hostAddr is where dst is dialed on the host: the gateway stands for the
+// host's loopback; Redirect applies to the rest.
+func (st *Stack) hostAddr(dst netip.AddrPort) netip.AddrPort {
+	switch dst.Addr().Unmap() {
+	case GatewayIPv4:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), dst.Port())
+	case GatewayIPv6:
+		return netip.AddrPortFrom(netip.IPv6Loopback(), dst.Port())
+	}
+	if st.cfg.Redirect != nil {
+		return st.cfg.Redirect(dst)
+	}
+	return dst
+}
+
+func (st *Stack) forwardTCP(r *tcp.ForwarderRequest) {
+	id := r.ID()
+	dst := netip.AddrPortFrom(fromTCPIP(id.LocalAddress), id.LocalPort)
+	d := st.check(dst)
+	if !d.Allowed {
+		r.Complete(true)
+		st.refuse(Refusal{Proto: "tcp", Name: d.Name, Addr: dst.String(), Reason: d.Reason})
+		return
+	}
+	intercept := st.cfg.Interceptor != nil && st.cfg.Interceptor.Intercepts(d.Name, dst.Port())
+	var up net.Conn
+	if !d.CheckSNI && !intercept {
+		// Dial first: a guest whose upstream refuses gets a reset, as it
+		// would from the server.
+		var err error
+		if up, err = st.dial(st.ctx, "tcp", dst); err != nil {
+			st.cfg.Log.Debug("network: dial", "addr", dst, "err", err)
+			r.Complete(true)
+			return
+		}
+	}
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	r.Complete(false)
+	if terr != nil {
+		if up != nil {
+			up.Close()
+		}
+		st.cfg.Log.Debug("network: accept", "addr", dst, "err", terr.String())
+		return
+	}
+	guest := gonet.NewTCPConn(&wq, ep)
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		st.serveTCP(guest, ep, dst, d, intercept, up)
+	}()
+}
+
+func (st *Stack) serveTCP(guest *gonet.TCPConn, ep tcpip.Endpoint, dst netip.AddrPort, d netpolicy.Decision, intercept bool, up net.Conn) {
+	// Close ends every connection: the guest's here, the upstream's in
+	// relay (an interceptor sees the guest's end).
+	stop := context.AfterFunc(st.ctx, ep.Abort)
+	defer stop()
+	var g net.Conn = guest
+	name := d.Name
+	if d.CheckSNI {
+		sni, conn, err := peekSNI(guest)
+		if err == nil {
+			err = st.cfg.Policy.CheckSNI(sni, dst)
+		}
+		if err != nil {
+			ep.Abort()
+			st.refuse(Refusal{Proto: "tls", Name: sni, Addr: dst.String(), Reason: err.Error()})
+			return
+		}
+		g, name = conn, netpolicy.NormalizeName(sni)
+	}
+	dial := func(ctx context.Context) (net.Conn, error) {
+		if d := st.check(dst); !d.Allowed {
+			return nil, fmt.Errorf("connect %s: refused by the network policy: %s", dst, d.Reason)
+		}
+		return st.dial(ctx, "tcp", dst)
+	}
+	if intercept {
+		if err := st.cfg.Interceptor.Serve(st.ctx, g, name, dst, dial); err != nil {
+			st.cfg.Log.Debug("network: intercepted connection", "name", name, "addr", dst, "err", err)
+		}
+		g.Close()
+		return
+	}
+	if up == nil {
+		var err error
+		if up, err = dial(st.ctx); err != nil {
+			ep.Abort()
+			st.cfg.Log.Debug("network: dial", "addr", dst, "err", err)
+			return
+		}
+	}
+	relay(st.ctx, g, up)
+}
+
+// relay copies both ways, passing half-closes on, until both sides end
+// or ctx does.
+func relay(ctx context.Context, a, b net.Conn) {
+	stop := context.AfterFunc(ctx, func() { a.Close(); b.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	half := func(dst, src net.Conn) {
+		defer wg.Done()
+		io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+	}
+	go half(a, b)
+	go half(b, a)
+	wg.Wait()
+	a.Close()
+	b.Close()
+}
+
+func (st *Stack) forwardUDP(r *udp.ForwarderRequest) {
+	id := r.ID()
+	dst := netip.AddrPortFrom(fromTCPIP(id.LocalAddress), id.LocalPort)
+	d := st.check(dst)
+	if !d.Allowed {
+		st.refuse(Refusal{Proto: "udp", Name: d.Name, Addr: dst.String(), Reason: d.Reason})
+		return // dropped
+	}
+	up, err := st.dial(st.ctx, "udp", dst)
+	if err != nil {
+		st.cfg.Log.Debug("network: dial", "proto", "udp", "addr", dst, "err", err)
+		return
+	}
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		up.Close()
+		st.cfg.Log.Debug("network: udp endpoint", "addr", dst, "err", terr.String())
+		return
+	}
+	guest := gonet.NewUDPConn(&wq, ep)
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		relayUDP(st.ctx, guest, up)
+	}()
+}
+
+// relayUDP copies datagrams both ways until neither side sent one for
+// udpIdle, or ctx ends.
+func relayUDP(ctx context.Context, guest, up net.Conn) {
+	defer guest.Close()
+	defer up.Close()
+	stop := context.AfterFunc(ctx, func() { guest.Close(); up.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	copyDgrams := func(dst, src net.Conn) {
+		defer wg.Done()
+		buf := make([]byte, 65535)
+		for {
+			src.SetReadDeadline(time.Now().Add(udpIdle))
+			n, err := src.Read(buf)
+			if err != nil {
+				guest.Close()
+				up.Close()
+				return
+			}
+			dst.Write(buf[:n])
+		}
+	}
+	go copyDgrams(up, guest)
+	go copyDgrams(guest, up)
+	wg.Wait()
+}
+
+func tcpipAddr(a netip.Addr) tcpip.Address {
+	a = a.Unmap()
+	if a.Is4() {
+		b := a.As4()
+		return tcpip.AddrFrom4(b)
+	}
+	return tcpip.AddrFrom16(a.As16())
+}
+
+func fromTCPIP(a tcpip.Address) netip.Addr {
+	ad, _ := netip.AddrFromSlice(a.AsSlice())
+	return ad.Unmap()
+}
+
+func tcpipLinkAddr(mac net.HardwareAddr) tcpip.LinkAddress {
+	return tcpip.LinkAddress(mac)
+}
+
+func header4Subnet() tcpip.Subnet {
+	s, _ := tcpip.NewSubnet(tcpip.AddrFrom4([4]byte{}), tcpip.MaskFromBytes(make([]byte, 4)))
+	return s
+}
+
+func header6Subnet() tcpip.Subnet {
+	s, _ := tcpip.NewSubnet(tcpip.AddrFrom16([16]byte{}), tcpip.MaskFromBytes(make([]byte, 16)))
+	return s
+}
+
+// Publish forwards each connection accepted on l to the guest's port, until
+// the stack stops.
+func (st *Stack) Publish(l net.Listener, port uint16) {
+	st.closers = append(st.closers, l)
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				ctx, cancel := context.WithTimeout(st.ctx, dialTimeout)
+				g, err := gonet.DialContextTCP(ctx, st.s, tcpip.FullAddress{NIC: nicID, Addr: tcpipAddr(GuestIPv4), Port: port}, ipv4.ProtocolNumber)
+				cancel()
+				if err != nil {
+					st.cfg.Log.Debug("network: published port", "port", port, "err", err)
+					c.Close()
+					return
+				}
+				relay(st.ctx, c, g)
+			}()
+		}
+	}()
+}
+
+// printable returns s, or s quoted in ASCII when it holds anything but
+// printable ASCII (a terminal escape in a logged name stays inert).
+func printable(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return strconv.QuoteToASCII(s)
+		}
+	}
+	return s
+}
