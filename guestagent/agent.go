@@ -49,6 +49,7 @@ type Agent struct {
 	warnings []string
 	hostname string
 	kernel   string
+	trustEnv []string // the environment pointing at the CA bundle (setupTrust)
 
 	mu         sync.Mutex
 	active     int       // requests that count as activity, in progress
@@ -127,6 +128,7 @@ func (a *Agent) setup() {
 		}
 		a.mounts = append(a.mounts, st)
 	}
+	a.setupTrust()
 }
 
 func (a *Agent) warn(msg string) {
