@@ -46,7 +46,7 @@ type CA struct {
 	leaves  map[string]*tls.Certificate
 }
 
-// NewCA makes a new CA named after the sandbox, constrained to the names
+// NewCA makes a new CA named after the sandbox (if named), constrained to the names
 // that the hosts patterns match.
 func NewCA(sandbox string, hosts []string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -58,10 +58,14 @@ func NewCA(sandbox string, hosts []string) (*CA, error) {
 		// "a.b" permits a.b and the names below it; ".b" only those below.
 		permitted = append(permitted, strings.TrimPrefix(normalizeHost(h), "*"))
 	}
+	cn := "krunbox secrets CA"
+	if sandbox != "" {
+		cn += " for sandbox " + sandbox
+	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:                randomSerial(),
-		Subject:                     pkix.Name{CommonName: "krunbox secrets CA for sandbox " + sandbox, Organization: []string{"krunbox"}},
+		Subject:                     pkix.Name{CommonName: cn, Organization: []string{"krunbox"}},
 		NotBefore:                   now.Add(-time.Hour),
 		NotAfter:                    now.Add(caValidity),
 		IsCA:                        true,
