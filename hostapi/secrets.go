@@ -16,6 +16,9 @@ import (
 // to ("api.example.com", "*.example.com").
 type Secret = secrets.Spec
 
+// SecretHelp is the syntax ParseSecret reads, for usage messages.
+const SecretHelp = secrets.Help
+
 // ParseSecret parses NAME=env:HOST_VAR@host1,host2 or
 // NAME=file:PATH@host1,host2, as "krunbox create --secret" takes it.
 func ParseSecret(s string) (Secret, error) { return secrets.Parse(s) }
