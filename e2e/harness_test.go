@@ -60,6 +60,7 @@ var scenarios = []scenario{
 	{"IdleTimeout", testIdleTimeout},
 	{"LongStatePath", testLongStatePath},
 	{"Network", testNetwork},
+	{"Secrets", testSecrets},
 	{"Copy", testCopy},
 	{"Logs", testLogs},
 	{"Inspect", testInspect},
