@@ -159,12 +159,12 @@ func (p *Proxy) Serve(ctx context.Context, guest net.Conn, host string, dst neti
 	if host == "" || len(p.secretsFor(host)) == 0 {
 		return fmt.Errorf("intercept %s: no secret is for this host", dst)
 	}
-	scheme, conn := "http", guest
+	scheme, conn, h2 := "http", guest, false
 	if slices.Contains(p.httpsPorts, dst.Port()) {
 		scheme = "https"
 		tc := tls.Server(guest, &tls.Config{
 			MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"http/1.1"},
+			NextProtos: []string{"h2", "http/1.1"},
 			GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
 				if sni := normalizeHost(hi.ServerName); sni != "" && sni != host {
 					return nil, fmt.Errorf("the guest asks for server name %q on a connection to %s", hi.ServerName, host)
@@ -180,6 +180,13 @@ func (p *Proxy) Serve(ctx context.Context, guest net.Conn, host string, dst neti
 			return fmt.Errorf("intercept %s: TLS handshake with the guest: %w", host, err)
 		}
 		conn = tc
+		h2 = tc.ConnectionState().NegotiatedProtocol == "h2"
+	}
+	// The upstream is offered the protocol the guest chose: HTTP/2 for a
+	// guest that speaks it (gRPC needs it end to end), else HTTP/1.1.
+	upProtos := []string{"http/1.1"}
+	if h2 {
+		upProtos = []string{"h2", "http/1.1"}
 	}
 
 	tr := &http.Transport{
@@ -189,13 +196,14 @@ func (p *Proxy) Serve(ctx context.Context, guest net.Conn, host string, dst neti
 			if err != nil {
 				return nil, err
 			}
-			tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: p.roots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+			tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: p.roots, MinVersion: tls.VersionTLS12, NextProtos: upProtos})
 			if err := tc.HandshakeContext(ctx); err != nil {
 				c.Close()
 				return nil, fmt.Errorf("upstream %s: %w", host, err)
 			}
 			return tc, nil
 		},
+		ForceAttemptHTTP2:   h2,
 		DisableCompression:  true,
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     idleTimeout,
@@ -221,8 +229,14 @@ func (p *Proxy) Serve(ctx context.Context, guest net.Conn, host string, dst neti
 			http.Error(w, fmt.Sprintf("krunbox: %s: %v", host, err), http.StatusBadGateway)
 		},
 	}
+	// The server sees the decrypted stream as a plain connection: HTTP/2
+	// is recognised by its preface (ALPN was settled in the handshake).
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
 		Handler:           rp,
+		Protocols:         &protos,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          errLog,

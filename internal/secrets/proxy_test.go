@@ -99,10 +99,15 @@ func (s *syncBuffer) String() string {
 }
 
 func newEnv(t testing.TB, tlsUpstream bool, roots func(*httptest.Server) *x509.CertPool) *env {
+	return newEnvH2(t, tlsUpstream, false, roots)
+}
+
+func newEnvH2(t testing.TB, tlsUpstream, h2 bool, roots func(*httptest.Server) *x509.CertPool) *env {
 	t.Helper()
 	e := &env{seen: &seen{}, apiPH: NewPlaceholder(), othPH: NewPlaceholder(), log: &syncBuffer{}}
 	e.upstream = httptest.NewUnstartedServer(http.HandlerFunc(e.seen.handler))
 	e.upstream.Config.ErrorLog = log.New(io.Discard, "", 0)
+	e.upstream.EnableHTTP2 = h2
 	if tlsUpstream {
 		e.upstream.StartTLS()
 	} else {
@@ -143,6 +148,11 @@ func upstreamRoots(s *httptest.Server) *x509.CertPool {
 // client is the guest: its connections to host go through the proxy,
 // which reaches the test upstream; it trusts the sandbox's CA.
 func (e *env) client(t testing.TB, host string, port uint16) *http.Client {
+	return e.clientH2(t, host, port, false)
+}
+
+// clientH2 is client, speaking HTTP/2 when h2.
+func (e *env) clientH2(t testing.TB, host string, port uint16, h2 bool) *http.Client {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -168,8 +178,9 @@ func (e *env) client(t testing.TB, host string, port uint16) *http.Client {
 	}
 	return &http.Client{
 		Transport: &http.Transport{
-			DialContext:     dialGuest,
-			TLSClientConfig: &tls.Config{RootCAs: pool},
+			DialContext:       dialGuest,
+			TLSClientConfig:   &tls.Config{RootCAs: pool},
+			ForceAttemptHTTP2: h2,
 		},
 		Timeout: 30 * time.Second,
 	}
@@ -376,6 +387,27 @@ func TestGuestServerNameMismatchRefused(t *testing.T) {
 	tc.Close()
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "server name") {
 		t.Errorf("Serve: %v, want a refused server name", err)
+	}
+}
+
+func TestHTTP2(t *testing.T) {
+	e := newEnvH2(t, true, true, upstreamRoots)
+	c := e.clientH2(t, apiHost, 443, true)
+	for range 2 { // two streams on one connection
+		r, _ := http.NewRequest("GET", "https://"+apiHost+"/", nil)
+		r.Header.Set("Authorization", "Bearer "+e.apiPH)
+		resp, err := c.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Errorf("the guest got %s, want HTTP/2", resp.Proto)
+		}
+		got, _ := e.seen.last(t)
+		if got.ProtoMajor != 2 || got.Header.Get("Authorization") != "Bearer "+apiValue {
+			t.Errorf("the upstream got %s with Authorization %q, want HTTP/2 and the value", got.Proto, got.Header.Get("Authorization"))
+		}
 	}
 }
 
