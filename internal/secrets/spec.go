@@ -52,8 +52,9 @@ type Spec struct {
 const Help = "NAME=env:HOST_VAR@host1,host2 or NAME=file:PATH@host1,host2 (a host may be *.domain)"
 
 // Parse parses NAME=env:VAR@HOST,... or NAME=file:PATH@HOST,... as given to
-// "krunbox create --secret". A relative file path is made absolute. The
-// result is validated.
+// "krunbox create --secret". A relative file path is made absolute, and
+// one starting with ~/ is taken from the home directory. The result is
+// validated.
 func Parse(s string) (Spec, error) {
 	name, rest, ok := strings.Cut(s, "=")
 	at := strings.LastIndexByte(rest, '@')
@@ -65,6 +66,13 @@ func Parse(s string) (Spec, error) {
 		sp.Hosts = strings.Split(hosts, ",")
 	}
 	if p, ok := strings.CutPrefix(sp.Source, "file:"); ok && p != "" && !filepath.IsAbs(p) {
+		if rest, ok := strings.CutPrefix(p, "~/"); ok {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return Spec{}, fmt.Errorf("secret %s: %w", name, err)
+			}
+			p = filepath.Join(home, rest)
+		}
 		abs, err := filepath.Abs(p)
 		if err != nil {
 			return Spec{}, fmt.Errorf("secret %s: %w", name, err)

@@ -12,6 +12,7 @@ import (
 
 func TestParse(t *testing.T) {
 	wd, _ := os.Getwd()
+	home, _ := os.UserHomeDir()
 	for _, tc := range []struct {
 		in      string
 		want    Spec
@@ -20,6 +21,7 @@ func TestParse(t *testing.T) {
 		{in: "OPENAI_API_KEY=env:OPENAI_KEY@api.openai.com", want: Spec{Name: "OPENAI_API_KEY", Source: "env:OPENAI_KEY", Hosts: []string{"api.openai.com"}}},
 		{in: "GH=file:/run/gh@github.com,*.githubusercontent.com", want: Spec{Name: "GH", Source: "file:/run/gh", Hosts: []string{"github.com", "*.githubusercontent.com"}}},
 		{in: "T=file:tok@a.example", want: Spec{Name: "T", Source: "file:" + filepath.Join(wd, "tok"), Hosts: []string{"a.example"}}},
+		{in: "T=file:~/.config/tok@a.example", want: Spec{Name: "T", Source: "file:" + filepath.Join(home, ".config/tok"), Hosts: []string{"a.example"}}},
 		{in: "T=file:/a@b@c.example", want: Spec{Name: "T", Source: "file:/a@b", Hosts: []string{"c.example"}}},
 		{in: "T=env:X", wantErr: "want NAME="},
 		{in: "env:X@a.example", wantErr: "want NAME="},
