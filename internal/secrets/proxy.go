@@ -225,8 +225,11 @@ func (p *Proxy) Serve(ctx context.Context, guest net.Conn, host string, dst neti
 		BufferPool:    bufferPool{},
 		ErrorLog:      errLog,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			p.log.Warn("secrets: request to the upstream failed", "host", host, "dst", dst, "err", err)
-			http.Error(w, fmt.Sprintf("krunbox: %s: %v", host, err), http.StatusBadGateway)
+			// The error may quote the request (its URL, with a value put
+			// in its query): the guest and the log get it redacted.
+			msg := p.redact(err.Error())
+			p.log.Warn("secrets: request to the upstream failed", "host", host, "dst", dst, "err", msg)
+			http.Error(w, fmt.Sprintf("krunbox: %s: %s", host, msg), http.StatusBadGateway)
 		},
 	}
 	// The server sees the decrypted stream as a plain connection: HTTP/2
@@ -294,6 +297,14 @@ func (p *Proxy) substitute(r *http.Request, host string) {
 	r.ContentLength = int64(len(body))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+}
+
+// redact replaces every secret's value in s with its placeholder.
+func (p *Proxy) redact(s string) string {
+	for _, sec := range p.secrets {
+		s = strings.ReplaceAll(s, sec.Value, sec.Placeholder)
+	}
+	return s
 }
 
 // basicAuth decodes Basic credentials in an Authorization or

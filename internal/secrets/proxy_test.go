@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -351,13 +352,16 @@ func TestUpstreamBadCertificateRefused(t *testing.T) {
 	// The proxy trusts the host's roots, not httptest's certificate.
 	e := newEnv(t, true, func(*httptest.Server) *x509.CertPool { return x509.NewCertPool() })
 	c := e.client(t, apiHost, 443)
-	r, _ := http.NewRequest("GET", "https://"+apiHost+"/", nil)
+	r, _ := http.NewRequest("GET", "https://"+apiHost+"/?key="+e.apiPH, nil)
 	r.Header.Set("Authorization", "Bearer "+e.apiPH)
 	resp, err := c.Do(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
+	if strings.Contains(string(body), apiValue) || strings.Contains(e.log.String(), apiValue) {
+		t.Errorf("the 502 or the log holds the value: %q\n%s", body, e.log)
+	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Errorf("status %s, want 502", resp.Status)
@@ -437,6 +441,14 @@ func TestLargeBodyStreamsUnchanged(t *testing.T) {
 	resp.Body.Close()
 	if _, body := e.seen.last(t); body != big {
 		t.Errorf("a body over MaxBodyRewrite changed (%d bytes, want %d)", len(body), len(big))
+	}
+}
+
+func TestRedact(t *testing.T) {
+	e := newEnv(t, true, upstreamRoots)
+	err := fmt.Errorf("Get \"https://%s/v1?key=%s\": EOF", apiHost, apiValue)
+	if got := e.proxy.redact(err.Error()); strings.Contains(got, apiValue) || !strings.Contains(got, e.apiPH) {
+		t.Errorf("redact: %q", got)
 	}
 }
 
