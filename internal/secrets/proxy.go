@@ -220,10 +220,11 @@ func (p *Proxy) Serve(ctx context.Context, guest net.Conn, host string, dst neti
 			pr.Out.Host = pr.In.Host
 			p.substitute(pr.Out, host)
 		},
-		Transport:     tr,
-		FlushInterval: -1,
-		BufferPool:    bufferPool{},
-		ErrorLog:      errLog,
+		ModifyResponse: p.redactResponse,
+		Transport:      tr,
+		FlushInterval:  -1,
+		BufferPool:     bufferPool{},
+		ErrorLog:       errLog,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// The error may quote the request (its URL, with a value put
 			// in its query): the guest and the log get it redacted.
@@ -297,6 +298,32 @@ func (p *Proxy) substitute(r *http.Request, host string) {
 	r.ContentLength = int64(len(body))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+}
+
+// redactResponse puts the placeholders back in a response that quotes a
+// value (an API that echoes the request, or names the key in an error):
+// in its headers, and in its body when that is textual, uncompressed and
+// of known length up to MaxBodyRewrite. Other bodies stream as they are.
+func (p *Proxy) redactResponse(resp *http.Response) error {
+	for _, vs := range resp.Header {
+		for i, v := range vs {
+			vs[i] = p.redact(v)
+		}
+	}
+	if resp.Body == nil || resp.ContentLength <= 0 || resp.ContentLength > MaxBodyRewrite ||
+		resp.Header.Get("Content-Encoding") != "" || !textual(resp.Header.Get("Content-Type")) {
+		return nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, resp.ContentLength+1))
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	body = []byte(p.redact(string(body)))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return nil
 }
 
 // redact replaces every secret's value in s with its placeholder.

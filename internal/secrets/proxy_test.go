@@ -444,6 +444,30 @@ func TestLargeBodyStreamsUnchanged(t *testing.T) {
 	}
 }
 
+func TestEchoedValueRedacted(t *testing.T) {
+	e := newEnv(t, true, upstreamRoots)
+	e.upstream.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"error":"bad key %s"}`, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+	})
+	c := e.client(t, apiHost, 443)
+	r, _ := http.NewRequest("GET", "https://"+apiHost+"/", nil)
+	r.Header.Set("Authorization", "Bearer "+e.apiPH)
+	resp, err := c.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got := resp.Header.Get("X-Echo"); got != "Bearer "+e.apiPH {
+		t.Errorf("echoed header %q, want the placeholder", got)
+	}
+	if want := `{"error":"bad key ` + e.apiPH + `"}`; string(body) != want || resp.ContentLength != int64(len(want)) {
+		t.Errorf("echoed body %q (length %d), want %q", body, resp.ContentLength, want)
+	}
+}
+
 func TestRedact(t *testing.T) {
 	e := newEnv(t, true, upstreamRoots)
 	err := fmt.Errorf("Get \"https://%s/v1?key=%s\": EOF", apiHost, apiValue)
