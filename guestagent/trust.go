@@ -25,19 +25,39 @@ var systemBundles = []string{
 	"/etc/ssl/cert.pem",
 }
 
+// anchorDirs are where the distributions' CA tools (update-ca-certificates,
+// update-ca-trust) take local CAs from when they rebuild the bundles: the
+// CA is placed there too, so that a rebuild in the guest keeps it.
+var anchorDirs = []string{
+	"/usr/local/share/ca-certificates",
+	"/etc/pki/ca-trust/source/anchors",
+}
+
+// anchorName is the CA's file name in anchorDirs.
+const anchorName = "krunbox-sandbox.crt"
+
 // installCA makes the guest trust the PEM certificate pem: it is appended
 // to each system bundle in bundles that exists (once, however many names
 // lead to it, and not again at the next boot), and the returned environment
 // points OpenSSL, Python requests and Node at a bundle that holds it: the
 // first system bundle it could extend, or certFile (the certificate
 // alone, placed by the host) when there is none. A bundle it cannot extend
-// is reported in err and skipped.
-func installCA(pem []byte, bundles []string, certFile string) (env []string, err error) {
+// is reported in err and skipped. The CA is also written into each of
+// anchors that exists.
+func installCA(pem []byte, bundles, anchors []string, certFile string) (env []string, err error) {
 	if !bytes.HasSuffix(pem, []byte("\n")) {
 		pem = append(pem, '\n')
 	}
 	var done []string
 	var errs []error
+	for _, d := range anchors {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(d, anchorName), pem, 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("add the sandbox's CA to %s: %w", d, err))
+		}
+	}
 	bundle := certFile
 	for _, b := range bundles {
 		real, err := filepath.EvalSymlinks(b)
@@ -92,7 +112,7 @@ func (a *Agent) setupTrust() {
 	if a.cfg.CACert == "" {
 		return
 	}
-	env, err := installCA([]byte(a.cfg.CACert), systemBundles, protocol.CACertPath)
+	env, err := installCA([]byte(a.cfg.CACert), systemBundles, anchorDirs, protocol.CACertPath)
 	if err != nil {
 		a.warn(err.Error())
 	}

@@ -20,9 +20,11 @@ func TestInstallCA(t *testing.T) {
 	os.Symlink(debian, alpine)
 	certFile := filepath.Join(dir, "ca.pem")
 	bundles := []string{filepath.Join(dir, "missing.crt"), dir, debian, alpine}
+	anchors := filepath.Join(dir, "local")
+	os.Mkdir(anchors, 0o755)
 
 	for boot := range 2 { // the root persists: a second boot adds nothing
-		env, err := installCA([]byte(testPEM), bundles, certFile)
+		env, err := installCA([]byte(testPEM), bundles, []string{anchors, filepath.Join(dir, "no-such-dir")}, certFile)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,13 +39,16 @@ func TestInstallCA(t *testing.T) {
 		if !strings.Contains(string(data), "-----END CERTIFICATE-----\n-----BEGIN CERTIFICATE-----\nMIIBsandbox") {
 			t.Errorf("boot %d: the CA is not on its own line:\n%s", boot, data)
 		}
+		if b, err := os.ReadFile(filepath.Join(anchors, anchorName)); err != nil || string(b) != testPEM+"\n" {
+			t.Errorf("boot %d: the CA in the anchors directory: %q, %v", boot, b, err)
+		}
 	}
 }
 
 func TestInstallCANoSystemBundle(t *testing.T) {
 	dir := t.TempDir()
 	certFile := filepath.Join(dir, "ca.pem")
-	env, err := installCA([]byte(testPEM), []string{filepath.Join(dir, "none.crt")}, certFile)
+	env, err := installCA([]byte(testPEM), []string{filepath.Join(dir, "none.crt")}, nil, certFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +65,7 @@ func TestInstallCAUnwritableBundle(t *testing.T) {
 	ro, rw := filepath.Join(dir, "ro.crt"), filepath.Join(dir, "rw.crt")
 	os.WriteFile(ro, []byte("x\n"), 0o444)
 	os.WriteFile(rw, []byte("y\n"), 0o644)
-	env, err := installCA([]byte(testPEM), []string{ro, rw}, filepath.Join(dir, "ca.pem"))
+	env, err := installCA([]byte(testPEM), []string{ro, rw}, nil, filepath.Join(dir, "ca.pem"))
 	if err == nil || !strings.Contains(err.Error(), ro) {
 		t.Errorf("err %v: want the read-only bundle named", err)
 	}
