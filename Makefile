@@ -25,7 +25,7 @@ TEST_IMAGE := $(BUILD)/testimage
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox testkrun testimage test deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox testkrun testimage test deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-secrets bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -180,7 +180,7 @@ bench-realvm: realvm-payload
 	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench
 
 ## bench: every benchmark; figures go to BENCHMARKS.md
-bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi
+bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-net bench-secrets
 
 ## bench-oci: cold pull + flatten against crane export | tar -x and the tar -x floor
 bench-oci:
@@ -193,6 +193,10 @@ bench-sandbox: build testkrun
 ## bench-net: krunbox's network stack (public) against TSI on the double: connect time and a 256 MiB download (BENCHMARKS.md)
 bench-net: build testkrun
 	$(TEST_ENV) $(GO) test -run '^$$' -bench 'Network' -benchtime 3x -timeout 20m ./e2e/
+
+## bench-secrets: a 256 MiB HTTPS download through the secrets' TLS interception against a direct one (BENCHMARKS.md)
+bench-secrets:
+	$(GO) test -run '^$$' -bench 'Download256MiB' -benchtime 5x -count 3 ./internal/secrets/
 
 ## bench-agent: the guest agent against os/exec and a bare socket pair (BENCHMARKS.md)
 bench-agent:

@@ -64,6 +64,7 @@ var scenarios = []scenario{
 	{"NetStack", testNetStack},
 	{"NetRefusalsAndRules", testNetRefusalsAndRules},
 	{"NetProtocols", testNetProtocols},
+	{"Secrets", testSecrets},
 	{"Copy", testCopy},
 	{"Logs", testLogs},
 	{"Inspect", testInspect},

@@ -58,6 +58,7 @@ type Agent struct {
 	warnings []string
 	hostname string
 	kernel   string
+	trustEnv []string // the environment pointing at the CA bundle (setupTrust)
 
 	mu         sync.Mutex
 	active     int       // requests that count as activity, in progress
@@ -150,6 +151,7 @@ func (a *Agent) setup() {
 			a.warn(fmt.Sprintf("create the working directory %s: %v", d, err))
 		}
 	}
+	a.setupTrust()
 }
 
 func (a *Agent) warn(msg string) {

@@ -63,7 +63,7 @@ func (a *Agent) resolveExec(req *protocol.ExecRequest) (*execSpec, *protocol.Err
 	if req.TTY != nil {
 		defaults = append(defaults, "TERM=xterm-256color")
 	}
-	env := protocol.MergeEnv(defaults, a.cfg.Env, req.Env)
+	env := protocol.MergeEnv(defaults, a.trustEnv, a.cfg.Env, req.Env)
 
 	dir := req.Dir
 	if dir == "" {

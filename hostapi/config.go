@@ -99,6 +99,14 @@ type Config struct {
 	// Root chooses how the sandbox's root file system is made: RootAuto
 	// (the default), RootOverlay or RootCopy.
 	Root RootKind `json:"root,omitempty"`
+	// Secrets are keys the guest may use without holding them: it sees
+	// each Name set to a random placeholder, and the host replaces the
+	// placeholder with the value (read from Source at each start, never
+	// stored) in the HTTP and HTTPS requests the guest sends to the
+	// secret's Hosts, verifying their real certificates; HTTPS to them is
+	// intercepted with a certificate authority of the sandbox's own, which
+	// the guest trusts. Needs network public or allow=RULES.
+	Secrets []Secret `json:"secrets,omitempty"`
 	// GitWritable lets the guest change what the host's git runs or
 	// obeys in the git directories of the workspace and the read-write
 	// mounts: hooks, config, config.worktree, submodules' too, and the
@@ -129,6 +137,7 @@ func (c Config) withDefaults() Config {
 	c.Env = slices.Clone(c.Env)
 	c.Ports = slices.Clone(c.Ports)
 	c.Labels = maps.Clone(c.Labels)
+	c.Secrets = slices.Clone(c.Secrets)
 	return c
 }
 
@@ -198,6 +207,7 @@ func (c *Config) validate() error {
 		}
 		seen[p.Host] = true
 	}
+	errs = append(errs, c.validateSecrets()...)
 	if _, err := ParseRootKind(string(c.Root)); err != nil {
 		errs = append(errs, err)
 	}

@@ -62,3 +62,23 @@ func Example() {
 		fmt.Printf("%s", res.Stdout)
 	}
 }
+
+// An API key the guest can use but not read: it sees OPENAI_API_KEY set to
+// a placeholder, which the host replaces with the value of the host's
+// OPENAI_API_KEY, read at each start, in requests to api.openai.com only.
+func ExampleConfig_secrets() {
+	ctx := context.Background()
+	host, err := hostapi.NewHost()
+	if err != nil {
+		log.Fatal(err)
+	}
+	key, err := hostapi.ParseSecret("OPENAI_API_KEY=env:OPENAI_API_KEY@api.openai.com")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sb, err := host.Create(ctx, hostapi.Config{Image: "alpine", Network: "public", Secrets: []hostapi.Secret{key}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Remove(ctx)
+}

@@ -16,6 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/secrets"
 	"github.com/krunbox/krunbox/oci"
 )
 
@@ -153,6 +154,10 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	placeholders, ca, err := prepareSecrets(&cfg, mounts)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
 	// Auto-remove sandboxes left by programs that died before removing them.
 	h.List()
 	if err := refuseExposure(mounts, h.ownDirs()); err != nil {
@@ -182,11 +187,12 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	rec := &record{
-		Version: recordVersion,
-		Created: time.Now().UTC(),
-		Config:  cfg,
-		Mounts:  mounts,
-		Root:    root,
+		Version:      recordVersion,
+		Created:      time.Now().UTC(),
+		Config:       cfg,
+		Mounts:       mounts,
+		Root:         root,
+		Placeholders: placeholders,
 		Image: imageRef{
 			Ref:      cfg.Image,
 			Name:     img.Name,
@@ -205,7 +211,7 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 		}
 		rec.Name = name
 		rec.Config.Name = name
-		err := h.publish(rec)
+		err := h.publish(rec, ca)
 		if errors.Is(err, ErrExists) && cfg.Name == "" && attempt < 5 {
 			continue
 		}
@@ -278,7 +284,7 @@ func sandboxMounts(cfg *Config) ([]Mount, error) {
 // publish creates the sandbox's directory with its record, atomically: a
 // directory assembled under a temporary name is renamed into place, and
 // the rename fails if the name is taken.
-func (h *Host) publish(rec *record) error {
+func (h *Host) publish(rec *record, ca *secrets.CA) error {
 	tmp, err := os.MkdirTemp(h.dirs.Sandboxes(), ".new-")
 	if err != nil {
 		return err
@@ -286,6 +292,11 @@ func (h *Host) publish(rec *record) error {
 	defer os.RemoveAll(tmp)
 	if err := writeRecord(tmp, rec); err != nil {
 		return err
+	}
+	if ca != nil {
+		if err := ca.Save(tmp); err != nil {
+			return err
+		}
 	}
 	if err := renameNoReplace(tmp, h.sandboxDir(rec.Name)); err != nil {
 		if errors.Is(err, fs.ErrExist) {

@@ -51,6 +51,9 @@ type record struct {
 	Image  imageRef `json:"image"`
 	// Root is the root chosen at create, kept for the sandbox's life.
 	Root RootInfo `json:"root,omitzero"`
+	// Placeholders are what the guest sees of each of Config.Secrets, by
+	// name, made at create. The values are never stored.
+	Placeholders map[string]string `json:"placeholders,omitempty"`
 }
 
 // imageRef is the image a sandbox was made from.
@@ -547,6 +550,9 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
 		ac.Mounts = append(ac.Mounts, protocol.Mount{Tag: tag, Path: m.GuestPath, ReadOnly: m.ReadOnly})
 	}
+	if err := s.addSecrets(spec, &ac, cfg); err != nil {
+		return nil, err
+	}
 	// The agent refuses a config it cannot use; say why here rather than
 	// by a VM that stops (records made before Create checked the image's
 	// config may hold what it refuses).
@@ -557,10 +563,10 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec.Files = []vmm.File{
-		{Path: protocol.AgentPath, Mode: 0o755, Source: agent},
-		{Path: protocol.ConfigPath, Mode: 0o644, Data: acData},
-	}
+	spec.Files = append(spec.Files,
+		vmm.File{Path: protocol.AgentPath, Mode: 0o755, Source: agent},
+		vmm.File{Path: protocol.ConfigPath, Mode: 0o644, Data: acData},
+	)
 	return spec, nil
 }
 

@@ -69,6 +69,7 @@ type sandboxFlags struct {
 	user      string
 	ports     []string
 	labels    []string
+	secrets   []string
 	// gitWritable is --git-writable, over the configuration's
 	// git_writable.
 	gitWritable bool
@@ -92,6 +93,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	fl.StringVarP(&f.user, "user", "u", "", "guest user, name or uid[:gid] (default: the image's)")
 	fl.StringArrayVarP(&f.ports, "publish", "p", nil, "publish a guest TCP port on the host: [IP:]HOST:GUEST, on 127.0.0.1 unless IP is given")
 	fl.StringArrayVar(&f.labels, "label", nil, "add a label KEY=VALUE to the sandbox")
+	fl.StringArrayVar(&f.secrets, "secret", nil, "give the guest NAME set to a placeholder that the host replaces with the value, read at each start from HOST_VAR or PATH, only in HTTP(S) requests to the hosts: "+hostapi.SecretHelp+" (needs --net public or allow=)")
 	add := func(key, flag, help string) {
 		f.configured = append(f.configured, configFlag{key, flag, fl.String(flag, "", help+" (config "+key+")")})
 	}
@@ -159,6 +161,13 @@ func (f *sandboxFlags) config(cmd *cobra.Command, uc *userconfig.Config, image s
 			return hostapi.Config{}, &usageError{err: err}
 		}
 		cfg.Ports = append(cfg.Ports, p)
+	}
+	for _, v := range f.secrets {
+		sec, err := hostapi.ParseSecret(v)
+		if err != nil {
+			return hostapi.Config{}, &usageError{err: err}
+		}
+		cfg.Secrets = append(cfg.Secrets, sec)
 	}
 	for _, l := range f.labels {
 		k, v, ok := strings.Cut(l, "=")

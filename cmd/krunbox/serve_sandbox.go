@@ -78,6 +78,14 @@ type mountParams struct {
 	ReadOnly bool   `json:"readOnly"`
 }
 
+// secretParams is a secret: the guest variable Name, the host Source of its
+// value (env:VAR or file:/ABSOLUTE/PATH) and the Hosts it may be sent to.
+type secretParams struct {
+	Name   string   `json:"name"`
+	Source string   `json:"source"`
+	Hosts  []string `json:"hosts"`
+}
+
 type configParams struct {
 	Image string `json:"image"`
 	// ImageTrusted says the image comes from the user (their own
@@ -92,6 +100,7 @@ type configParams struct {
 	Env            map[string]string `json:"env"`
 	IdleTimeoutSec *int64            `json:"idleTimeoutSec"`
 	Labels         map[string]string `json:"labels"`
+	Secrets        []secretParams    `json:"secrets"`
 }
 
 type ensureParams struct {
@@ -198,8 +207,16 @@ func parseEnsure(raw json.RawMessage) (*ensureRequest, error) {
 		return nil, invalid("config.env: %v", err)
 	}
 	cfg.Env = env
+	for _, sp := range c.Secrets {
+		cfg.Secrets = append(cfg.Secrets, hostapi.Secret{Name: sp.Name, Source: sp.Source, Hosts: sp.Hosts})
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, invalid("invalid sandbox configuration: %v", err)
+	}
+	for _, sec := range cfg.Secrets {
+		if _, err := sec.Read(); err != nil {
+			return nil, invalid("config.secrets: %v", err)
+		}
 	}
 	req.cfg = cfg
 	return req, nil
@@ -244,7 +261,7 @@ func envList(env map[string]string) ([]string, error) {
 
 // reachKeys are the configuration keys that change what a sandbox can
 // reach: an existing sandbox that differs in one is never reused as is.
-var reachKeys = []string{"workspace", "image", "network", "mounts"}
+var reachKeys = []string{"workspace", "image", "network", "mounts", "secrets"}
 
 // configDiff returns the protocol keys in which two configurations differ.
 func configDiff(have, want hostapi.Config) []string {
@@ -274,7 +291,24 @@ func configDiff(have, want hostapi.Config) []string {
 	add("env", !slices.Equal(slices.Sorted(slices.Values(have.Env)), slices.Sorted(slices.Values(want.Env))))
 	add("idleTimeoutSec", have.IdleTimeout != want.IdleTimeout)
 	add("labels", !maps.Equal(have.Labels, want.Labels))
+	add("secrets", !slices.Equal(secretKeys(have.Secrets), secretKeys(want.Secrets)))
 	return keys
+}
+
+// secretKeys are comparable forms of secrets: a file source with its
+// symlinks resolved, as create stores it.
+func secretKeys(secs []hostapi.Secret) []string {
+	out := make([]string, len(secs))
+	for i, sec := range secs {
+		if p, ok := strings.CutPrefix(sec.Source, "file:"); ok {
+			if real, err := filepath.EvalSymlinks(p); err == nil {
+				sec.Source = "file:" + real
+			}
+		}
+		out[i] = sec.String()
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (s *server) sandboxEnsure(ctx context.Context, raw json.RawMessage) (any, func(), error) {

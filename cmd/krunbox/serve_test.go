@@ -512,6 +512,9 @@ func TestServeEnsureParams(t *testing.T) {
 		{"docker archive not the user's", ensure(map[string]any{"image": "docker-archive:/tmp/img.tar", "imageTrusted": false}), codeInvalidConfig},
 		{"relative oci layout", ensure(map[string]any{"image": "oci:img:latest", "imageTrusted": true}), codeInvalidConfig},
 		{"relative docker archive", ensure(map[string]any{"image": "docker-archive:./img.tar", "imageTrusted": true}), codeInvalidConfig},
+		{"secret without hosts", ensure(map[string]any{"network": "public", "secrets": []any{map[string]any{"name": "K", "source": "env:HOME"}}}), codeInvalidConfig},
+		{"secret with a relative file", ensure(map[string]any{"network": "public", "secrets": []any{map[string]any{"name": "K", "source": "file:tok", "hosts": []string{"a.example"}}}}), codeInvalidConfig},
+		{"secret under tsi", ensure(map[string]any{"secrets": []any{map[string]any{"name": "K", "source": "env:HOME", "hosts": []string{"a.example"}}}}), codeInvalidConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -567,6 +570,9 @@ func TestConfigDiff(t *testing.T) {
 		{"env, idle, labels", with(func(c *hostapi.Config) {
 			c.Env, c.IdleTimeout, c.Labels = []string{"A=1"}, time.Second, nil
 		}), []string{"env", "idleTimeoutSec", "labels"}},
+		{"secrets", with(func(c *hostapi.Config) {
+			c.Secrets = []hostapi.Secret{{Name: "K", Source: "env:K", Hosts: []string{"a.example"}}}
+		}), []string{"secrets"}},
 	}
 	for _, tt := range tests {
 		if got := configDiff(base, tt.want); !slices.Equal(got, tt.keys) {

@@ -17,6 +17,8 @@ const (
 	GuestDir   = "/.krunbox"
 	AgentPath  = GuestDir + "/krunbox-agent"
 	ConfigPath = GuestDir + "/agent.json"
+	// CACertPath is where the host places Config.CACert as a file.
+	CACertPath = GuestDir + "/ca.pem"
 )
 
 // DefaultPort is the vsock port the agent listens on unless its config
@@ -47,6 +49,12 @@ type Config struct {
 	// exec or file request and no running process for that long. Pings and
 	// health requests do not count as activity.
 	IdleTimeout time.Duration `json:"idle_timeout_ns,omitempty"`
+	// CACert is a certificate authority in PEM (the sandbox's secrets CA,
+	// whose key stays on the host): at boot the agent appends it to the
+	// system's CA bundles that exist, and sets SSL_CERT_FILE,
+	// REQUESTS_CA_BUNDLE and NODE_EXTRA_CA_CERTS in the environment of
+	// processes (Config.Env and an exec's env override them).
+	CACert string `json:"ca_cert,omitempty"`
 	// SetupOutsideVM makes an agent listening on a unix socket (a test or
 	// debugging run outside a VM) still set the hostname and mount the
 	// shares. Production configs never set it.
@@ -106,6 +114,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleTimeout < 0 {
 		errs = append(errs, errors.New("negative idle timeout"))
+	}
+	if c.CACert != "" && !strings.HasPrefix(c.CACert, "-----BEGIN CERTIFICATE-----") {
+		errs = append(errs, errors.New("ca_cert is not a PEM certificate"))
 	}
 	return errors.Join(errs...)
 }

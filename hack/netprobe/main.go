@@ -3,6 +3,8 @@
 //
 //	netprobe connect ADDR N   mean time of N TCP connects (and closes), in µs
 //	netprobe get URL          bytes of an HTTP GET, read to the end, and MB/s
+//	netprobe fetch URL [NAME:VALUE...]  the body of a GET with those headers
+//	                          (the secrets scenario: HTTPS with the guest's CAs)
 //
 // It is built static and copied into the guest by the benchmark.
 package main
@@ -14,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -55,6 +58,28 @@ func run(args []string) error {
 		s := time.Since(start).Seconds()
 		fmt.Printf("%d %.1f\n", n, float64(n)/s/1e6)
 		return nil
+	case len(args) >= 2 && args[0] == "fetch":
+		req, err := http.NewRequest(http.MethodGet, args[1], nil)
+		if err != nil {
+			return err
+		}
+		for _, h := range args[2:] {
+			name, value, ok := strings.Cut(h, ":")
+			if !ok {
+				return fmt.Errorf("fetch: header %q: want NAME:VALUE", h)
+			}
+			req.Header.Set(name, strings.TrimSpace(value))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("fetch %s: %s", args[1], resp.Status)
+		}
+		_, err = io.Copy(os.Stdout, resp.Body)
+		return err
 	}
-	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe get URL")
+	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe get URL | netprobe fetch URL [NAME:VALUE...]")
 }

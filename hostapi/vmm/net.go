@@ -46,12 +46,6 @@ const (
 // testPublic is the range TestLoopbackEnv redirects.
 var testPublic = netip.MustParsePrefix("198.51.100.0/24")
 
-// newInterceptor, when set (by the file of this package that implements
-// secrets), returns the Interceptor of the VM in dir for spec, or nil: the
-// seam through which the TLS interception of allowed connections plugs into
-// the stack without the stack knowing of secrets.
-var newInterceptor func(dir string, spec *Spec) (netstack.Interceptor, error)
-
 // configureNet gives the guest its network device for a mode of krunbox's
 // stack: a virtio-net device on one end of a socket pair, whose other end
 // it returns. Other modes return nil.
@@ -117,11 +111,9 @@ func startNet(dir string, spec *Spec, lib *krun.Library, host *os.File) (*netsta
 		}
 	}
 	cfg.Policy = netpolicy.New(np, opts)
-	if newInterceptor != nil {
-		if cfg.Interceptor, err = newInterceptor(dir, spec); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("network: %w", err)
-		}
+	if cfg.Interceptor, err = secretsInterceptor(dir, spec, log); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("network: %w", err)
 	}
 	nl, err := openNetLog(filepath.Join(dir, NetLogFile))
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/krunbox/krunbox/internal/atomicfile"
 	"github.com/krunbox/krunbox/internal/netpolicy"
+	"github.com/krunbox/krunbox/internal/secrets"
 	"github.com/krunbox/krunbox/krun"
 )
 
@@ -62,6 +63,11 @@ type Spec struct {
 	// libkrun overlay files where the library has them (libkrun 1.19),
 	// else written into the sandbox's writable root.
 	Files []File `json:"files,omitempty"`
+	// Secrets are the sandbox's secrets with their placeholders, never
+	// their values: the runner's network stack intercepts their hosts with
+	// secrets.Load(the VM's directory, Secrets), which reads the values
+	// from their sources and the CA from the directory at each start.
+	Secrets []secrets.Placed `json:"secrets,omitempty"`
 	// Library is the libkrun file to load; empty means the default search
 	// (krun.Candidates: KRUNBOX_LIBKRUN, a libkrun installed with the
 	// runner's executable, $KRUNBOX_HOME/lib, the system's loader), made by
@@ -351,6 +357,14 @@ func (s *Spec) Validate() error {
 
 	if s.ConsoleLog != "" {
 		abs("console log", s.ConsoleLog)
+	}
+	for _, sec := range s.Secrets {
+		if err := sec.Validate(); err != nil {
+			bad("%v", err)
+		}
+		if !secrets.ValidPlaceholder(sec.Placeholder) {
+			bad("secret %s: no valid placeholder", sec.Name)
+		}
 	}
 	seen := map[string]bool{}
 	for _, f := range s.Files {

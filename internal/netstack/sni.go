@@ -19,7 +19,8 @@ const (
 var errHelloSeen = errors.New("client hello seen")
 
 // peekSNI reads the TLS ClientHello the guest sends first on conn and
-// returns its server name, and a conn that replays what was read.
+// returns its server name, and a conn that replays what was read (also when
+// there is no ClientHello).
 func peekSNI(conn net.Conn) (string, net.Conn, error) {
 	var seen bytes.Buffer
 	conn.SetReadDeadline(time.Now().Add(helloTimeout))
@@ -32,10 +33,11 @@ func peekSNI(conn net.Conn) (string, net.Conn, error) {
 		},
 	}).Handshake()
 	conn.SetReadDeadline(time.Time{})
+	replay := &replayConn{Conn: conn, r: io.MultiReader(&seen, conn)}
 	if !errors.Is(err, errHelloSeen) {
-		return "", nil, errors.New("no TLS ClientHello on port 443")
+		return "", replay, errors.New("no TLS ClientHello on port 443")
 	}
-	return sni, &replayConn{Conn: conn, r: io.MultiReader(&seen, conn)}, nil
+	return sni, replay, nil
 }
 
 // recordingConn reads through r and writes nothing (the TLS server's

@@ -288,6 +288,20 @@ func (st *Stack) serveTCP(guest *gonet.TCPConn, ep tcpip.Endpoint, dst netip.Add
 			return
 		}
 		g, name = conn, netpolicy.NormalizeName(sni)
+		intercept = st.cfg.Interceptor != nil && st.cfg.Interceptor.Intercepts(name, dst.Port())
+	} else if st.cfg.Interceptor != nil && dst.Port() == 443 {
+		// Names share addresses (a CDN's): the interceptor decides by the
+		// name the guest's TLS asks for, not by the last name that
+		// resolved to the address.
+		sni, conn, err := peekSNI(guest)
+		g = conn
+		if err == nil && sni != "" {
+			name = netpolicy.NormalizeName(sni)
+			if intercept = st.cfg.Interceptor.Intercepts(name, dst.Port()); intercept && up != nil {
+				up.Close()
+				up = nil
+			}
+		}
 	}
 	dial := func(ctx context.Context) (net.Conn, error) {
 		if d := st.check(dst); !d.Allowed {

@@ -16,6 +16,17 @@ export interface MountConfig {
   read_only: boolean;
 }
 
+/**
+ * A secret ([[secrets]]): the guest sees the variable env set to a placeholder, which the
+ * host replaces with the value read from value ("$ENV:HOST_VAR" or "$FILE:/path", read by
+ * krunbox at each start, never by the guest) only in HTTP(S) requests to allow_hosts.
+ */
+export interface SecretConfig {
+  env: string;
+  value: string;
+  allow_hosts: string[];
+}
+
 /** The effective configuration. Keys are the TOML keys. */
 export interface KrunboxConfig {
   /** false: tools run on the host (labelled), as after /krunbox off. */
@@ -50,6 +61,8 @@ export interface KrunboxConfig {
   /** Names of host environment variables copied into the guest. */
   env_passthrough: string[];
   mounts: MountConfig[];
+  /** Secrets the guest may use without holding them (user file or a trusted project). */
+  secrets: SecretConfig[];
   /** Workspaces whose project file is trusted (user file only). */
   trusted_projects: string[];
 }
@@ -75,10 +88,11 @@ export const DEFAULTS: Readonly<KrunboxConfig> = Object.freeze({
   env: {},
   env_passthrough: [],
   mounts: [],
+  secrets: [],
   trusted_projects: [],
 });
 
-type Kind = "bool" | "string" | "int" | "list" | "map" | "mounts";
+type Kind = "bool" | "string" | "int" | "list" | "map" | "mounts" | "secrets";
 
 const KINDS: Record<ConfigKey, Kind> = {
   enabled: "bool",
@@ -98,6 +112,7 @@ const KINDS: Record<ConfigKey, Kind> = {
   env: "map",
   env_passthrough: "list",
   mounts: "mounts",
+  secrets: "secrets",
   trusted_projects: "list",
 };
 
@@ -238,7 +253,42 @@ function checkValue(key: ConfigKey, value: unknown, origin: string): unknown {
         return { host, ...(guest && guest !== host ? { guest } : {}), read_only: r.read_only === true };
       });
     }
+    case "secrets": {
+      if (!Array.isArray(value)) throw new ConfigError(`${where}: want an array of tables ([[secrets]])`);
+      const names = new Set<string>();
+      return value.map((sec, i) => {
+        const at = `${where}[${i}]`;
+        if (typeof sec !== "object" || sec === null) throw new ConfigError(`${at}: want a table`);
+        const r = sec as Record<string, unknown>;
+        for (const k of Object.keys(r)) {
+          if (!["env", "value", "allow_hosts"].includes(k)) throw new ConfigError(`${at}.${k}: unknown key (want env, value, allow_hosts)`);
+        }
+        if (typeof r.env !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(r.env)) throw new ConfigError(`${at}.env: want a guest environment variable name`);
+        if (names.has(r.env)) throw new ConfigError(`${at}.env: ${r.env} is given twice`);
+        names.add(r.env);
+        let v: string;
+        if (typeof r.value === "string" && /^\$ENV:[A-Za-z_][A-Za-z0-9_]*$/.test(r.value)) {
+          v = r.value;
+        } else if (typeof r.value === "string" && r.value.startsWith("$FILE:")) {
+          const file = path.normalize(expandHome(r.value.slice("$FILE:".length)));
+          if (!path.isAbsolute(file)) throw new ConfigError(`${at}.value ${r.value}: want an absolute path (or ~/...)`);
+          v = "$FILE:" + file;
+        } else {
+          throw new ConfigError(`${at}.value: want "$ENV:HOST_VAR" or "$FILE:/path" (the value itself never goes in a file)`);
+        }
+        const hosts = r.allow_hosts;
+        if (!Array.isArray(hosts) || hosts.length === 0 || hosts.some((h) => typeof h !== "string" || h === "")) {
+          throw new ConfigError(`${at}.allow_hosts: want a non-empty list of host names (api.example.com, *.example.com)`);
+        }
+        return { env: r.env, value: v, allow_hosts: [...new Set(hosts as string[])] };
+      });
+    }
   }
+}
+
+/** The source of a secret's value as krunbox takes it: env:VAR or file:PATH. */
+export function secretSource(value: string): string {
+  return value.startsWith("$ENV:") ? "env:" + value.slice("$ENV:".length) : "file:" + value.slice("$FILE:".length);
 }
 
 /** Check a parsed TOML document (or any object) as one layer. Unknown keys become warnings. */
@@ -306,7 +356,7 @@ export function envLayer(env: NodeJS.ProcessEnv, warnings: string[]): { layer: L
     if (!name.startsWith(ENV_PREFIX) || raw === undefined || name === `${ENV_PREFIX}CONFIG`) continue;
     const key = name.slice(ENV_PREFIX.length).toLowerCase() as ConfigKey;
     const kind = KINDS[key];
-    if (!kind || kind === "map" || kind === "mounts" || key === "trusted_projects") {
+    if (!kind || kind === "map" || kind === "mounts" || kind === "secrets" || key === "trusted_projects") {
       warnings.push(`env ${name}: not a setting that can come from the environment (ignored)`);
       continue;
     }
@@ -433,6 +483,9 @@ export function narrowProject(base: KrunboxConfig, project: Layer, origin: strin
       }
       case "trusted_projects":
         warnings.push(`${origin}: trusted_projects is only read from your user file (ignored)`);
+        break;
+      case "secrets":
+        if ((v as SecretConfig[]).length) refuse(`secrets ${(v as SecretConfig[]).map((x) => x.env).join(", ")}`, "would send host secrets to hosts the project names");
         break;
       case "image":
         if (isLocalImage(v as string)) refuse(`image = ${JSON.stringify(v)}`, "is a local image source (oci:, docker-archive:), which only your own file, environment or flags may name");

@@ -126,6 +126,16 @@ export interface SandboxConfig {
   env?: Record<string, string>;
   idleTimeoutSec?: number;
   labels?: Record<string, string>;
+  /** Secrets (see krunbox create --secret); only sent when there are any. */
+  secrets?: SecretSpec[];
+}
+
+/** A secret: the guest variable name, the host source of its value, the hosts it goes to. */
+export interface SecretSpec {
+  name: string;
+  /** env:HOST_VAR or file:/absolute/path, read by krunbox at each start. */
+  source: string;
+  hosts: string[];
 }
 
 export interface EnsureParams {

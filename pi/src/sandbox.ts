@@ -6,7 +6,7 @@
 // the "unresponsive" state, which blocks every routed tool too until it answers again or
 // is restarted.
 
-import type { KrunboxConfig } from "./config.ts";
+import { type KrunboxConfig, secretSource } from "./config.ts";
 import { ClientErrorCode, ErrorCode, RpcError, type SandboxConfig, type SandboxStatus } from "./protocol.ts";
 import { formatMs, type ServeClient } from "./rpc.ts";
 
@@ -84,6 +84,7 @@ export function sandboxConfig(config: KrunboxConfig, workspace: string, imageTru
     env: config.env,
     idleTimeoutSec: config.idle_timeout_sec,
     labels: { "krunbox.pi.workspace": workspace },
+    ...(config.secrets.length ? { secrets: config.secrets.map((sec) => ({ name: sec.env, source: secretSource(sec.value), hosts: sec.allow_hosts })) } : {}),
   };
 }
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { homedir, tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { ConfigError, DEFAULTS, describeConfig, type LoadOptions, loadConfig, userConfigFile } from "../src/config.ts";
@@ -261,4 +261,51 @@ describe("untrusted project files may narrow, not widen", () => {
     assert.match(text, /untrusted: may only narrow/);
     assert.match(text, /^warning: .*fallback = "host"/m);
   });
+});
+
+describe("secrets", () => {
+  const userSecrets = `[[secrets]]\nenv = "OPENAI_API_KEY"\nvalue = "$ENV:OPENAI_API_KEY"\nallow_hosts = ["api.openai.com"]\n[[secrets]]\nenv = "GH_TOKEN"\nvalue = "$FILE:~/.config/gh/token"\nallow_hosts = ["github.com", "*.github.com"]\n`;
+
+  test("the user's [[secrets]] are read, file paths made absolute", () => {
+    files(userSecrets);
+    const l = load();
+    assert.deepEqual(l.config.secrets, [
+      { env: "OPENAI_API_KEY", value: "$ENV:OPENAI_API_KEY", allow_hosts: ["api.openai.com"] },
+      { env: "GH_TOKEN", value: "$FILE:" + path.join(homedir(), ".config/gh/token"), allow_hosts: ["github.com", "*.github.com"] },
+    ]);
+    assert.doesNotMatch(describeConfig(l), /sk-/);
+  });
+
+  test("an untrusted project cannot add one", () => {
+    files(userSecrets, `[[secrets]]\nenv = "STEAL"\nvalue = "$ENV:AWS_SECRET_ACCESS_KEY"\nallow_hosts = ["attacker.example"]\n`);
+    const l = load();
+    assert.deepEqual(
+      l.config.secrets.map((s) => s.env),
+      ["OPENAI_API_KEY", "GH_TOKEN"],
+    );
+    assert.ok(l.warnings.some((w) => /secrets STEAL would send host secrets to hosts the project names: refused because the project is not trusted/.test(w)), l.warnings.join("\n"));
+  });
+
+  test("a trusted project may", () => {
+    files(`trusted_projects = [${JSON.stringify(ws)}]\n`, `[[secrets]]\nenv = "NPM_TOKEN"\nvalue = "$ENV:NPM_TOKEN"\nallow_hosts = ["registry.npmjs.org"]\n`);
+    assert.deepEqual(load().config.secrets.map((s) => s.env), ["NPM_TOKEN"]);
+  });
+
+  test("not from the environment", () => {
+    const l = load({ env: { KRUNBOX_PI_SECRETS: "X" } });
+    assert.deepEqual(l.config.secrets, []);
+    assert.ok(l.warnings.some((w) => /KRUNBOX_PI_SECRETS: not a setting/.test(w)));
+  });
+
+  for (const [name, toml, want] of [
+    ["a literal value", `value = "sk-123"\nallow_hosts = ["a.example"]`, /want "\$ENV:HOST_VAR" or "\$FILE:\/path"/],
+    ["no hosts", `value = "$ENV:X"\nallow_hosts = []`, /allow_hosts: want a non-empty list/],
+    ["a relative file", `value = "$FILE:token"\nallow_hosts = ["a.example"]`, /want an absolute path/],
+    ["an unknown key", `value = "$ENV:X"\nallow_hosts = ["a.example"]\nhosts = ["b.example"]`, /unknown key/],
+  ] as const) {
+    test(`${name} is a clear error`, () => {
+      files(`[[secrets]]\nenv = "K"\n${toml}\n`);
+      assert.throws(() => load(), (err: Error) => err instanceof ConfigError && want.test(err.message));
+    });
+  }
 });

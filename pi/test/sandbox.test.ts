@@ -39,6 +39,14 @@ describe("agentPingMs", () => {
 });
 
 describe("sandboxConfig", () => {
+  test("secrets go as name, source and hosts, and only when there are some", () => {
+    const config = { ...structuredClone(DEFAULTS), secrets: [{ env: "K", value: "$ENV:HOST_K", allow_hosts: ["a.example"] }, { env: "F", value: "$FILE:/run/tok", allow_hosts: ["*.b.example"] }] };
+    assert.deepEqual(sandboxConfig(config, "/ws", true).secrets, [
+      { name: "K", source: "env:HOST_K", hosts: ["a.example"] },
+      { name: "F", source: "file:/run/tok", hosts: ["*.b.example"] },
+    ]);
+    assert.equal("secrets" in sandboxConfig(structuredClone(DEFAULTS), "/ws", true), false);
+  });
   test("tells serve whether the image is the user's, which a local image needs", () => {
     const config = { ...(structuredClone(DEFAULTS) as KrunboxConfig), image: "oci:/srv/img:latest" };
     assert.equal(sandboxConfig(config, "/ws", true).imageTrusted, true);
