@@ -50,6 +50,9 @@ type record struct {
 	Image  imageRef `json:"image"`
 	// Root is the root chosen at create, kept for the sandbox's life.
 	Root RootInfo `json:"root,omitzero"`
+	// Isolate is the isolated checkout, for Config.Isolate; its shares
+	// are the first two Mounts.
+	Isolate *isolateRecord `json:"isolate,omitempty"`
 }
 
 // imageRef is the image a sandbox was made from.

@@ -1,0 +1,128 @@
+package hostapi
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// hostileRepo makes a git repository whose config, hooks and attributes
+// would write the file marker if the host's git ran them: a hook for
+// every event that reads or checks out, core.fsmonitor, a filter driver
+// named by the commit's .gitattributes, an alternate of no objects. It
+// has one commit (f, .gitattributes, a symlink), an untracked .env and
+// an ignored file, and returns its directory and the marker's path.
+func hostileRepo(t *testing.T) (repo, marker string) {
+	t.Helper()
+	repo = gitRepo(t)
+	marker = filepath.Join(t.TempDir(), "pwned")
+	evil := "touch " + marker
+	for name, data := range map[string]string{
+		".gitattributes": "* filter=evil\n",
+		".gitignore":     "ignored\n",
+		"dir/g":          "g\n",
+	} {
+		os.MkdirAll(filepath.Dir(filepath.Join(repo, name)), 0o755)
+		os.WriteFile(filepath.Join(repo, name), []byte(data), 0o644)
+	}
+	os.Symlink("/etc/passwd", filepath.Join(repo, "link"))
+	gitCmd(t, repo, "add", "-A")
+	gitCmd(t, repo, "commit", "-q", "-m", "two")
+	for _, h := range []string{"post-checkout", "post-index-change", "pre-commit", "post-commit", "reference-transaction", "fsmonitor-watchman"} {
+		os.WriteFile(filepath.Join(repo, ".git/hooks", h), []byte("#!/bin/sh\n"+evil+"\n"), 0o755)
+	}
+	cfg := "[core]\n\tfsmonitor = \"" + evil + "\"\n\thooksPath = hooks\n[filter \"evil\"]\n\tclean = " + evil + "\n\tsmudge = " + evil + "\n\tprocess = " + evil + "\n\trequired = true\n[uploadpack]\n\tpackObjectsHook = " + evil + "\n"
+	f, err := os.OpenFile(filepath.Join(repo, ".git/config"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(cfg)
+	f.Close()
+	os.WriteFile(filepath.Join(repo, ".env"), []byte("SECRET=1\n"), 0o600)
+	os.WriteFile(filepath.Join(repo, "ignored"), []byte("i\n"), 0o644)
+	return repo, marker
+}
+
+// gitOut runs git in dir with the user's configuration ignored.
+func gitOut(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestIsolatedCheckout(t *testing.T) {
+	repo, marker := hostileRepo(t)
+	h, ref := testHost(t)
+	head := gitOut(t, repo, "rev-parse", "HEAD")
+	sb, err := h.Create(t.Context(), Config{Name: "iso", Image: ref, Workspace: repo, Isolate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Remove(t.Context()) })
+	iso := sb.Isolation()
+	if iso == nil || iso.Base != head || iso.Branch != "krunbox/iso" || iso.Project != repo {
+		t.Fatalf("Isolation = %+v, want base %s", iso, head)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the user's repository's hooks, fsmonitor or filter ran on the host")
+	}
+	for name, want := range map[string]string{"f": "x\n", "dir/g": "g\n", ".gitignore": "ignored\n"} {
+		if b, err := os.ReadFile(filepath.Join(iso.Checkout, name)); err != nil || string(b) != want {
+			t.Errorf("checkout's %s = %q, %v; want %q", name, b, err, want)
+		}
+	}
+	if l, err := os.Readlink(filepath.Join(iso.Checkout, "link")); err != nil || l != "/etc/passwd" {
+		t.Errorf("checkout's link = %q, %v", l, err)
+	}
+	for _, name := range []string{".env", "ignored"} {
+		if _, err := os.Lstat(filepath.Join(iso.Checkout, name)); err == nil {
+			t.Errorf("the checkout holds %s, which is not committed", name)
+		}
+	}
+	if got := gitOut(t, iso.Checkout, "-c", "core.alternateRefsCommand=", "--git-dir=.git", "symbolic-ref", "HEAD"); got != "refs/heads/krunbox/iso" {
+		t.Errorf("checkout's HEAD = %q", got)
+	}
+}
+
+// The guest sees its checkout at the project's path, with the base
+// objects its alternates name; what it writes stays in the checkout,
+// across a stop and a start.
+func TestIsolatedGuest(t *testing.T) {
+	repo, _ := hostileRepo(t)
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Image: ref, Workspace: repo, Isolate: true})
+	iso := sb.Isolation()
+	out := run(t, sb, "sh", "-c", "cat "+repo+"/f && cat "+repo+"/.git/objects/info/alternates && test -d /.krunbox-base/objects/pack && echo y > "+repo+"/f && echo new > "+repo+"/new && ! test -e "+repo+"/.env && echo ok")
+	if want := "x\n/.krunbox-base/objects\n"; !strings.HasPrefix(out, want) || !strings.HasSuffix(out, "ok") {
+		t.Errorf("guest: %q", out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(repo, "f")); string(b) != "x\n" {
+		t.Errorf("the user's checkout changed: f = %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(repo, "new")); err == nil {
+		t.Error("the guest's new file reached the user's checkout")
+	}
+	if out := run(t, sb, "sh", "-c", "touch /.krunbox-base/objects/pack/x || mkdir /.krunbox-base/objects/zz 2>/dev/null || echo ro"); out != "ro" {
+		t.Errorf("the base objects are writable in the guest: %q", out)
+	}
+	if err := sb.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, sb, "cat", repo+"/f", repo+"/new"); out != "y\nnew" {
+		t.Errorf("after a restart: %q", out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(iso.Checkout, "new")); string(b) != "new\n" {
+		t.Errorf("checkout's new = %q", b)
+	}
+}
