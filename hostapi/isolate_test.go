@@ -1,6 +1,8 @@
 package hostapi
 
 import (
+	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,5 +126,64 @@ func TestIsolatedGuest(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(iso.Checkout, "new")); string(b) != "new\n" {
 		t.Errorf("checkout's new = %q", b)
+	}
+}
+
+// createIsolated creates (not starts) an isolated sandbox of repo.
+func createIsolated(t *testing.T, h *Host, ref, repo, name string) *Sandbox {
+	t.Helper()
+	sb, err := h.Create(t.Context(), Config{Name: name, Image: ref, Workspace: repo, Isolate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Remove(context.Background()) })
+	return sb
+}
+
+func TestIsolatedDiff(t *testing.T) {
+	repo, marker := hostileRepo(t)
+	h, ref := testHost(t)
+	sb := createIsolated(t, h, ref, repo, "d")
+	co := sb.Isolation().Checkout
+	if ch, err := sb.Changes(t.Context()); err != nil || len(ch) != 0 {
+		t.Fatalf("Changes of a fresh checkout = %v, %v; want none", ch, err)
+	}
+	// What the guest does: change, add, delete, add an ignored file.
+	os.WriteFile(filepath.Join(co, "f"), []byte("y\n"), 0o644)
+	os.WriteFile(filepath.Join(co, "new"), []byte("n\n"), 0o644)
+	os.WriteFile(filepath.Join(co, "ignored"), []byte("i\n"), 0o644)
+	os.Remove(filepath.Join(co, "dir/g"))
+	ch, err := sb.Changes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range ch {
+		got = append(got, c.Path)
+	}
+	if strings.Join(got, " ") != "dir/g f new" {
+		t.Errorf("Changes = %v, want dir/g f new", got)
+	}
+	var b strings.Builder
+	if err := sb.Diff(t.Context(), &b, DiffOptions{Paths: []string{repo + "/f"}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "diff --git a/f b/f\n"; !strings.HasPrefix(b.String(), want) || !strings.Contains(b.String(), "\n-x\n+y\n") {
+		t.Errorf("Diff f:\n%s", b.String())
+	}
+	b.Reset()
+	if err := sb.Diff(t.Context(), &b, DiffOptions{Stat: true}); err != nil {
+		t.Fatal(err)
+	}
+	if want := " dir/g | 1 -\n f     | 2 +-\n new   | 1 +\n 3 files changed, 2 insertions(+), 2 deletions(-)\n"; b.String() != want {
+		t.Errorf("Diff --stat:\n%s\nwant\n%s", b.String(), want)
+	}
+	for _, p := range []string{"../x", "/etc", ".git/config"} {
+		if err := sb.Diff(t.Context(), io.Discard, DiffOptions{Paths: []string{p}}); err == nil {
+			t.Errorf("Diff %s: no error", p)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("something ran on the host")
 	}
 }
