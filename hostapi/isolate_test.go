@@ -2,6 +2,7 @@ package hostapi
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -47,10 +48,13 @@ func hostileRepo(t *testing.T) (repo, marker string) {
 	return repo, marker
 }
 
+// safeGit are the options with which tests run git in a hostileRepo.
+var safeGit = []string{"-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "filter.evil.process=", "-c", "filter.evil.clean=", "-c", "filter.evil.smudge=", "-c", "filter.evil.required=false"}
+
 // gitOut runs git in dir with the user's configuration ignored.
 func gitOut(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"}, args...)...)
+	cmd := exec.Command("git", append(safeGit, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
 	out, err := cmd.CombinedOutput()
@@ -182,6 +186,101 @@ func TestIsolatedDiff(t *testing.T) {
 		if err := sb.Diff(t.Context(), io.Discard, DiffOptions{Paths: []string{p}}); err == nil {
 			t.Errorf("Diff %s: no error", p)
 		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("something ran on the host")
+	}
+}
+
+// sandboxGit runs git in the sandbox's checkout as the guest would (with
+// the base objects where the host has them), for tests.
+func sandboxGit(t *testing.T, sb *Sandbox, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append(safeGit, args...)...)
+	cmd.Dir = sb.Isolation().Checkout
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+cmd.Dir, "GIT_AUTHOR_NAME=g", "GIT_AUTHOR_EMAIL=g@g", "GIT_COMMITTER_NAME=g", "GIT_COMMITTER_EMAIL=g@g",
+		"GIT_ALTERNATE_OBJECT_DIRECTORIES="+sb.path(isolatedBase))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// userState is what Land must not change in the user's repository: its
+// refs (but krunbox/*), HEAD, index and files.
+func userState(t *testing.T, repo string) string {
+	t.Helper()
+	var refs []string
+	for _, l := range strings.Split(gitOut(t, repo, "for-each-ref"), "\n") {
+		if !strings.Contains(l, "refs/heads/krunbox/") {
+			refs = append(refs, l)
+		}
+	}
+	return strings.Join(refs, "\n") + "\n" + gitOut(t, repo, "rev-parse", "HEAD") + "\n" + gitOut(t, repo, "status", "--porcelain", "--ignored")
+}
+
+func TestIsolatedLand(t *testing.T) {
+	repo, marker := hostileRepo(t)
+	h, ref := testHost(t)
+	before := userState(t, repo)
+	for _, squash := range []bool{false, true} {
+		name := "land"
+		if squash {
+			name = "squash"
+		}
+		t.Run(name, func(t *testing.T) {
+			sb := createIsolated(t, h, ref, repo, name)
+			co := sb.Isolation().Checkout
+			if l, err := sb.Land(t.Context(), LandOptions{Squash: squash}); err != nil || !l.Unchanged {
+				t.Fatalf("Land of no work = %+v, %v; want unchanged", l, err)
+			}
+			if u, err := sb.Unlanded(t.Context()); err != nil || u {
+				t.Fatalf("Unlanded of no work = %v, %v", u, err)
+			}
+			os.WriteFile(filepath.Join(co, "f"), []byte("committed\n"), 0o644)
+			sandboxGit(t, sb, "commit", "-qam", "in the sandbox")
+			os.WriteFile(filepath.Join(co, "f"), []byte("uncommitted\n"), 0o644)
+			os.MkdirAll(filepath.Join(co, "sub/deep"), 0o755)
+			os.WriteFile(filepath.Join(co, "sub/deep/n"), []byte("new\n"), 0o755)
+			if u, err := sb.Unlanded(t.Context()); err != nil || !u {
+				t.Fatalf("Unlanded with work = %v, %v", u, err)
+			}
+			l, err := sb.Land(t.Context(), LandOptions{Squash: squash})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCommits := 2
+			if squash {
+				wantCommits = 1
+			}
+			if l.Branch != "krunbox/"+name || l.Commits != wantCommits || l.Unchanged {
+				t.Errorf("Land = %+v", l)
+			}
+			br := "krunbox/" + name
+			if got := gitOut(t, repo, "rev-parse", br); got != l.Commit {
+				t.Errorf("branch %s = %s, want %s", br, got, l.Commit)
+			}
+			if got := gitOut(t, repo, "show", br+":f"); got != "uncommitted" {
+				t.Errorf("f on %s = %q", br, got)
+			}
+			if got := gitOut(t, repo, "ls-tree", br, "sub/deep/n"); !strings.HasPrefix(got, "100755 blob") {
+				t.Errorf("sub/deep/n on %s: %q", br, got)
+			}
+			if got := gitOut(t, repo, "rev-list", "--count", "HEAD.."+br); got != fmt.Sprint(wantCommits) {
+				t.Errorf("commits on %s: %s, want %d", br, got, wantCommits)
+			}
+			gitOut(t, repo, "fsck", "--strict", "--no-dangling")
+			if after := userState(t, repo); after != before {
+				t.Errorf("the user's repository changed beyond the branch:\n%s\nthen\n%s", before, after)
+			}
+			if u, err := sb.Unlanded(t.Context()); err != nil || u {
+				t.Errorf("Unlanded after Land = %v, %v", u, err)
+			}
+			if l, err := sb.Land(t.Context(), LandOptions{Squash: squash}); err != nil || !l.Unchanged && !squash {
+				t.Errorf("Land again = %+v, %v; want unchanged", l, err)
+			}
+		})
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("something ran on the host")
