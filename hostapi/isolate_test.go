@@ -1,13 +1,19 @@
 package hostapi
 
 import (
+	"bytes"
+	"compress/zlib"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -200,11 +206,23 @@ func sandboxGit(t *testing.T, sb *Sandbox, args ...string) string {
 	cmd.Dir = sb.Isolation().Checkout
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+cmd.Dir, "GIT_AUTHOR_NAME=g", "GIT_AUTHOR_EMAIL=g@g", "GIT_COMMITTER_NAME=g", "GIT_COMMITTER_EMAIL=g@g",
 		"GIT_ALTERNATE_OBJECT_DIRECTORIES="+sb.path(isolatedBase))
-	out, err := cmd.CombinedOutput()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
+		t.Fatalf("git %v: %v\n%s%s", args, err, out, stderr.Bytes())
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// commitBlob commits the file name, of content, in the sandbox and
+// returns its blob.
+func commitBlob(t *testing.T, sb *Sandbox, name, content string) string {
+	t.Helper()
+	os.WriteFile(filepath.Join(sb.Isolation().Checkout, name), []byte(content), 0o644)
+	sandboxGit(t, sb, "add", name)
+	sandboxGit(t, sb, "commit", "-qm", name)
+	return sandboxGit(t, sb, "rev-parse", "HEAD:"+name)
 }
 
 // userState is what Land must not change in the user's repository: its
@@ -285,4 +303,156 @@ func TestIsolatedLand(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("something ran on the host")
 	}
+}
+
+// objectFiles lists the files of repo's object store.
+func objectFiles(t *testing.T, repo string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(filepath.Join(repo, ".git/objects"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// looseObject writes a loose object file for name, with the given
+// header and content, into the sandbox's repository.
+func looseObject(t *testing.T, sb *Sandbox, name, header string, content []byte) {
+	t.Helper()
+	var b bytes.Buffer
+	z := zlib.NewWriter(&b)
+	z.Write(append([]byte(header+"\x00"), content...))
+	z.Close()
+	p := filepath.Join(sb.Isolation().Checkout, ".git/objects", name[:2], name[2:])
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	os.Remove(p)
+	if err := os.WriteFile(p, b.Bytes(), 0o444); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// What the guest can do to its repository makes Diff and Land refuse,
+// with the user's repository unchanged and nothing run on the host.
+func TestIsolatedHostileRepository(t *testing.T) {
+	repo, marker := hostileRepo(t)
+	h, ref := testHost(t)
+	other := gitRepo(t) // a repository of the host's the guest must not reach
+	os.WriteFile(filepath.Join(other, "secret"), []byte("the host's secret\n"), 0o644)
+	otherBlob := gitOut(t, other, "hash-object", "-w", "secret")
+	tests := []struct {
+		name    string
+		attack  func(t *testing.T, sb *Sandbox)
+		wantErr string // of Land; "" when Land succeeds, running nothing
+		diffErr bool
+	}{
+		{"hooks, fsmonitor, filters", func(t *testing.T, sb *Sandbox) {
+			co := sb.Isolation().Checkout
+			evil := "touch " + marker
+			for _, hk := range []string{"pre-commit", "post-commit", "post-checkout", "reference-transaction", "pre-auto-gc"} {
+				os.WriteFile(filepath.Join(co, ".git/hooks", hk), []byte("#!/bin/sh\n"+evil+"\n"), 0o755)
+			}
+			f, _ := os.OpenFile(filepath.Join(co, ".git/config"), os.O_APPEND|os.O_WRONLY, 0)
+			f.WriteString("[core]\n\tfsmonitor = " + evil + "\n\tsshCommand = " + evil + "\n[filter \"x\"]\n\tclean = " + evil + "\n\trequired = true\n[uploadpack]\n\tpackObjectsHook = " + evil + "\n[include]\n\tpath = /etc/passwd\n")
+			f.Close()
+			os.WriteFile(filepath.Join(co, ".gitattributes"), []byte("* filter=x diff=x\n"), 0o644)
+		}, "", false},
+		{"alternates to a host repository", func(t *testing.T, sb *Sandbox) {
+			os.WriteFile(filepath.Join(sb.Isolation().Checkout, ".git/objects/info/alternates"), []byte(filepath.Join(other, ".git/objects")+"\n"), 0o644)
+			// The index names the other repository's blob, unchanged.
+			cmd := exec.Command("git", "update-index", "--add", "--cacheinfo", "100644,"+otherBlob+",stolen")
+			cmd.Dir = sb.Isolation().Checkout
+			cmd.Env = append(os.Environ(), "GIT_ALTERNATE_OBJECT_DIRECTORIES="+filepath.Join(other, ".git/objects"))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			sandboxGit(t, sb, "-c", "core.alternateRefsCommand=true", "commit", "-qm", "steal")
+		}, "not found", false},
+		{"corrupt object", func(t *testing.T, sb *Sandbox) {
+			blob := commitBlob(t, sb, "c", "content\n")
+			looseObject(t, sb, blob, "blob 6", []byte("bogus\n"))
+		}, "corrupt", true},
+		{"oversize object", func(t *testing.T, sb *Sandbox) {
+			blob := commitBlob(t, sb, "c", "content\n")
+			looseObject(t, sb, blob, "blob 1099511627776", []byte("x"))
+		}, "too large", true},
+		{"a tree naming .git", func(t *testing.T, sb *Sandbox) {
+			blob := sandboxGit(t, sb, "hash-object", "-w", "f")
+			var b bytes.Buffer
+			b.WriteString("100644 .GIT\x00")
+			b.Write(mustHex(t, blob))
+			cmd := exec.Command("git", "hash-object", "-w", "-t", "tree", "--literally", "--stdin")
+			cmd.Dir = sb.Isolation().Checkout
+			cmd.Env = append(os.Environ(), "GIT_ALTERNATE_OBJECT_DIRECTORIES="+sb.path(isolatedBase))
+			cmd.Stdin = &b
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := sandboxGit(t, sb, "commit-tree", "-m", "evil", "-p", "HEAD", strings.TrimSpace(string(out)))
+			sandboxGit(t, sb, "update-ref", "HEAD", c)
+		}, "refuses", false},
+		{".git a symlink to the user's", func(t *testing.T, sb *Sandbox) {
+			co := sb.Isolation().Checkout
+			os.RemoveAll(filepath.Join(co, ".git"))
+			os.Symlink(filepath.Join(repo, ".git"), filepath.Join(co, ".git"))
+		}, "the repository of", true},
+		{"HEAD a symlink", func(t *testing.T, sb *Sandbox) {
+			p := filepath.Join(sb.Isolation().Checkout, ".git/HEAD")
+			os.Remove(p)
+			os.Symlink(filepath.Join(repo, ".git/HEAD"), p)
+		}, "HEAD", true},
+		{"index a FIFO", func(t *testing.T, sb *Sandbox) {
+			p := filepath.Join(sb.Isolation().Checkout, ".git/index")
+			os.Remove(p)
+			syscall.Mkfifo(p, 0o644)
+		}, "not a regular file", true},
+		{"a work file a FIFO", func(t *testing.T, sb *Sandbox) {
+			p := filepath.Join(sb.Isolation().Checkout, "f")
+			os.Remove(p)
+			syscall.Mkfifo(p, 0o644)
+		}, "", false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sb := createIsolated(t, h, ref, repo, fmt.Sprintf("h%d", i))
+			os.WriteFile(filepath.Join(sb.Isolation().Checkout, "work"), []byte("w\n"), 0o644)
+			tt.attack(t, sb)
+			before, objs := userState(t, repo), objectFiles(t, repo)
+			err := sb.Diff(t.Context(), io.Discard, DiffOptions{})
+			if (err != nil) != tt.diffErr {
+				t.Errorf("Diff: %v, want an error: %v", err, tt.diffErr)
+			}
+			l, err := sb.Land(t.Context(), LandOptions{})
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("Land: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("Land = %+v, %v; want an error with %q", l, err, tt.wantErr)
+			case tt.wantErr != "":
+				if after := userState(t, repo); after != before {
+					t.Errorf("the user's repository changed:\n%s\nthen\n%s", before, after)
+				}
+				if after := objectFiles(t, repo); !slices.Equal(after, objs) {
+					t.Errorf("objects were written into the user's repository: %d files, then %d", len(objs), len(after))
+				}
+				if out, _ := exec.Command("git", "-C", repo, "rev-parse", "--verify", "-q", "krunbox/"+sb.Name()).Output(); len(out) > 0 {
+					t.Errorf("branch krunbox/%s made", sb.Name())
+				}
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("something the guest wrote ran on the host")
+			}
+		})
+	}
+}
+
+func mustHex(t *testing.T, s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
