@@ -196,6 +196,12 @@ func headCommit(st storer.Storer) (*object.Commit, error) {
 	return c, nil
 }
 
+// gitBinary is the host's git that writes an isolated checkout's files,
+// when found on PATH: faster than writeCheckout (C's zlib, parallel
+// checkout), and run only as hostGit says. Empty means writeCheckout
+// always (tests).
+var gitBinary = "git"
+
 // prepareIsolated makes the isolated checkout of the sandbox rec names in
 // its directory dir (not yet published): the objects of the user's
 // repository linked (copied where links cannot be) into dir/base/objects,
@@ -205,9 +211,10 @@ func headCommit(st storer.Storer) (*object.Commit, error) {
 //
 // The user's repository is read with go-git only (its HEAD, its objects):
 // nothing of its config, hooks or attributes is used. The files are
-// written by the host's git in the repository just made, before any guest
-// has seen it, under a configuration that is krunbox's alone (no system,
-// global or repository config of the user's, no hooks, no fsmonitor): a
+// written by writeCheckout (go-git) or, where the host has git, by the
+// host's git in the repository just made, before any guest has seen it,
+// under a configuration that is krunbox's alone (no system, global or
+// repository config of the user's, no hooks, no fsmonitor): a
 // .gitattributes of the commit can name a filter, but no driver is
 // configured, so none runs.
 func prepareIsolated(ctx context.Context, dir string, rec *record) error {
@@ -233,11 +240,17 @@ func prepareIsolated(ctx context.Context, dir string, rec *record) error {
 	if err := initRepo(ws, iso); err != nil {
 		return err
 	}
-	if err := hostGit(ctx, ws, base, "read-tree", "-u", "--reset", iso.Base); err != nil {
-		return fmt.Errorf("check out %s of %s: %w", iso.Base, iso.Project, err)
+	if git, err := exec.LookPath(gitBinary); gitBinary != "" && err == nil {
+		err = hostGit(ctx, git, ws, base, "read-tree", "-u", "--reset", iso.Base)
+		if err != nil {
+			return fmt.Errorf("check out %s of %s: %w", iso.Base, iso.Project, err)
+		}
+	} else {
+		open := func() (*gitStorage, error) { return openGitStorage(iso.GitDir, iso.CommonDir) }
+		if err := writeCheckout(ctx, open, head, ws); err != nil {
+			return fmt.Errorf("check out %s of %s: %w", iso.Base, iso.Project, err)
+		}
 	}
-	// Written last: the host's git above must not look for the guest's
-	// path.
 	root, err := os.OpenRoot(ws)
 	if err != nil {
 		return err
@@ -273,7 +286,7 @@ func initRepo(ws string, iso *isolateRecord) error {
 // configuration that is krunbox's alone: no system or global config (nor
 // the user's HOME or XDG directories), no hooks, no fsmonitor, no
 // attributes file but the commit's, an environment of PATH alone.
-func hostGit(ctx context.Context, ws, base string, args ...string) error {
+func hostGit(ctx context.Context, git, ws, base string, args ...string) error {
 	empty, err := os.MkdirTemp("", "krunbox-git-home-")
 	if err != nil {
 		return err
@@ -285,7 +298,7 @@ func hostGit(ctx context.Context, ws, base string, args ...string) error {
 		"-c", "checkout.workers=0", "-c", "core.untrackedCache=false",
 		"--git-dir=" + filepath.Join(ws, ".git"), "--work-tree=" + ws,
 	}, args...)
-	cmd := exec.CommandContext(ctx, "git", full...)
+	cmd := exec.CommandContext(ctx, git, full...)
 	cmd.Dir = ws
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"),

@@ -70,15 +70,23 @@ func gitOut(t *testing.T, dir string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// The checkout is made by the host's git or by go-git (where the host has
+// no git), alike; nothing of the user's repository runs.
 func TestIsolatedCheckout(t *testing.T) {
+	for _, git := range []string{"git", ""} {
+		t.Run("git="+git, func(t *testing.T) {
+			defer func(g string) { gitBinary = g }(gitBinary)
+			gitBinary = git
+			testIsolatedCheckout(t)
+		})
+	}
+}
+
+func testIsolatedCheckout(t *testing.T) {
 	repo, marker := hostileRepo(t)
 	h, ref := testHost(t)
 	head := gitOut(t, repo, "rev-parse", "HEAD")
-	sb, err := h.Create(t.Context(), Config{Name: "iso", Image: ref, Workspace: repo, Isolate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Remove(t.Context()) })
+	sb := createIsolated(t, h, ref, repo, "iso")
 	iso := sb.Isolation()
 	if iso == nil || iso.Base != head || iso.Branch != "krunbox/iso" || iso.Project != repo {
 		t.Fatalf("Isolation = %+v, want base %s", iso, head)
@@ -99,8 +107,18 @@ func TestIsolatedCheckout(t *testing.T) {
 			t.Errorf("the checkout holds %s, which is not committed", name)
 		}
 	}
-	if got := gitOut(t, iso.Checkout, "-c", "core.alternateRefsCommand=", "--git-dir=.git", "symbolic-ref", "HEAD"); got != "refs/heads/krunbox/iso" {
+	if got := sandboxGit(t, sb, "symbolic-ref", "HEAD"); got != "refs/heads/krunbox/iso" {
 		t.Errorf("checkout's HEAD = %q", got)
+	}
+	// git agrees that the checkout is HEAD, its index up to date.
+	if got := sandboxGit(t, sb, "status", "--porcelain"); got != "" {
+		t.Errorf("git status in the checkout: %q", got)
+	}
+	if ch, err := sb.Changes(t.Context()); err != nil || len(ch) != 0 {
+		t.Errorf("Changes of a fresh checkout = %v, %v", ch, err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("git status in the checkout ran something")
 	}
 }
 

@@ -98,6 +98,8 @@ func newRootCmd(s *streams) *cobra.Command {
 		newExecCmd(s),
 		newStopCmd(s),
 		newRmCmd(s),
+		newDiffCmd(s),
+		newLandCmd(s),
 		newLsCmd(s),
 		newLogsCmd(s),
 		newInspectCmd(s),
