@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,6 +95,18 @@ func testIsolated(t *testing.T, e *env) {
 	}
 	if out := e.ok("diff", "iso2", "a"); !strings.Contains(out, "--- a/a\n+++ b/a\n") || !strings.Contains(out, "-x\n+two\n") {
 		t.Errorf("diff iso2 a:\n%s", out)
+	}
+	var ws []struct {
+		Name, Project, Base, Branch string
+		Changed                     int
+	}
+	if err := json.Unmarshal([]byte(e.ok("workspaces", "--json", "--project", repo)), &ws); err != nil || len(ws) != 2 {
+		t.Fatalf("workspaces --json: %v, %v", ws, err)
+	}
+	for i, w := range ws {
+		if name := fmt.Sprintf("iso%d", i+1); w.Name != name || w.Project != repo || w.Branch != "krunbox/"+name || len(w.Base) != 40 || w.Changed != 2 {
+			t.Errorf("workspaces[%d] = %+v", i, w)
+		}
 	}
 	dst := filepath.Join(t.TempDir(), "out")
 	e.ok("export", "iso1", "new", repo+"/a", "--to", dst)

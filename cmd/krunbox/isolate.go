@@ -3,8 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -136,4 +140,79 @@ func confirmUnlanded(ctx context.Context, s *streams, sb *hostapi.Sandbox) error
 		}
 	}
 	return withHint(fmt.Errorf("sandbox %s %s", sb.Name(), why), "'krunbox diff "+sb.Name()+"' shows it, 'krunbox land "+sb.Name()+"' keeps it as a branch; 'krunbox rm -f "+sb.Name()+"' removes it anyway")
+}
+
+// workspaceEntry is one isolated sandbox of "krunbox workspaces --json".
+type workspaceEntry struct {
+	Name    string    `json:"name"`
+	Project string    `json:"project"`
+	Base    string    `json:"base"`
+	Branch  string    `json:"branch"`
+	Changed int       `json:"changed"`
+	Created time.Time `json:"created"`
+	Error   string    `json:"error,omitempty"`
+}
+
+func newWorkspacesCmd(s *streams) *cobra.Command {
+	var asJSON bool
+	var project string
+	cmd := &cobra.Command{
+		Use:   "workspaces [--json] [--project DIR]",
+		Short: "List the isolated sandboxes: base commit, branch, files changed, age",
+		Long: `workspaces lists the sandboxes made with --isolate (of the project DIR only,
+with --project): the commit each checkout was made from, its branch, how many
+files differ from that commit (krunbox diff --stat shows them) and when it
+was made.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			h, err := hostapi.NewHost()
+			if err != nil {
+				return err
+			}
+			if project != "" {
+				if project, err = filepath.Abs(project); err != nil {
+					return err
+				}
+				if real, err := filepath.EvalSymlinks(project); err == nil {
+					project = real
+				}
+			}
+			all, err := h.List()
+			if err != nil {
+				return err
+			}
+			out := []workspaceEntry{}
+			for _, sb := range all {
+				iso := sb.Isolation()
+				if iso == nil || project != "" && iso.Project != project {
+					continue
+				}
+				e := workspaceEntry{Name: sb.Name(), Project: iso.Project, Base: iso.Base, Branch: iso.Branch, Created: sb.Created()}
+				if ch, err := sb.Changes(cmd.Context()); err != nil {
+					e.Error = err.Error()
+				} else {
+					e.Changed = len(ch)
+				}
+				out = append(out, e)
+			}
+			if asJSON {
+				enc := json.NewEncoder(s.out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tPROJECT\tBASE\tBRANCH\tCHANGED\tCREATED")
+			for _, e := range out {
+				changed := fmt.Sprint(e.Changed)
+				if e.Error != "" {
+					changed = "? (" + e.Error + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s ago\n", e.Name, e.Project, short(e.Base), e.Branch, changed, time.Since(e.Created).Round(time.Second))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&project, "project", "", "only the sandboxes of this project")
+	return cmd
 }

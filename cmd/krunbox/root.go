@@ -100,6 +100,7 @@ func newRootCmd(s *streams) *cobra.Command {
 		newRmCmd(s),
 		newDiffCmd(s),
 		newLandCmd(s),
+		newWorkspacesCmd(s),
 		newLsCmd(s),
 		newLogsCmd(s),
 		newInspectCmd(s),

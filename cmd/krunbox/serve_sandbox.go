@@ -92,6 +92,9 @@ type configParams struct {
 	Env            map[string]string `json:"env"`
 	IdleTimeoutSec *int64            `json:"idleTimeoutSec"`
 	Labels         map[string]string `json:"labels"`
+	// Isolate gives the sandbox its own checkout of the workspace's
+	// HEAD (hostapi.Config.Isolate).
+	Isolate bool `json:"isolate"`
 }
 
 type ensureParams struct {
@@ -142,6 +145,7 @@ func parseEnsure(raw json.RawMessage) (*ensureRequest, error) {
 		MemoryMiB: hostapi.DefaultMemoryMiB,
 		Network:   hostapi.Network(c.Network),
 		Labels:    c.Labels,
+		Isolate:   c.Isolate,
 	}
 	if cfg.Image == "" {
 		return nil, invalid("config.image: required")
@@ -244,7 +248,7 @@ func envList(env map[string]string) ([]string, error) {
 
 // reachKeys are the configuration keys that change what a sandbox can
 // reach: an existing sandbox that differs in one is never reused as is.
-var reachKeys = []string{"workspace", "image", "network", "mounts"}
+var reachKeys = []string{"workspace", "isolate", "image", "network", "mounts"}
 
 // configDiff returns the protocol keys in which two configurations differ.
 func configDiff(have, want hostapi.Config) []string {
@@ -266,6 +270,7 @@ func configDiff(have, want hostapi.Config) []string {
 		}
 	}
 	add("workspace", filepath.Clean(have.Workspace) != filepath.Clean(want.Workspace))
+	add("isolate", have.Isolate != want.Isolate)
 	add("image", have.Image != want.Image)
 	add("network", have.Network != want.Network)
 	add("mounts", !slices.Equal(norm(have.Mounts), norm(want.Mounts)))
