@@ -51,6 +51,12 @@ export interface KrunboxConfig {
   mounts: MountConfig[];
   /** Workspaces whose project file is trusted (user file only). */
   trusted_projects: string[];
+  /**
+   * "live": the project itself is the VM's workspace. "isolated": each pi session gets its
+   * own checkout of the project's HEAD (branch krunbox/NAME), reused when the session
+   * resumes; /krunbox diff, export and land take its work out.
+   */
+  workspace: "live" | "isolated";
 }
 
 export type ConfigKey = keyof KrunboxConfig;
@@ -75,6 +81,7 @@ export const DEFAULTS: Readonly<KrunboxConfig> = Object.freeze({
   env_passthrough: [],
   mounts: [],
   trusted_projects: [],
+  workspace: "live",
 });
 
 type Kind = "bool" | "string" | "int" | "list" | "map" | "mounts";
@@ -98,12 +105,14 @@ const KINDS: Record<ConfigKey, Kind> = {
   env_passthrough: "list",
   mounts: "mounts",
   trusted_projects: "list",
+  workspace: "string",
 };
 
 const ENUMS: Partial<Record<ConfigKey, readonly string[]>> = {
   pull: ["missing", "always", "never"],
   network: ["tsi", "none"],
   fallback: ["none", "host"],
+  workspace: ["live", "isolated"],
 };
 
 const MINIMUM: Partial<Record<ConfigKey, number>> = {
@@ -368,6 +377,10 @@ export function narrowProject(base: KrunboxConfig, project: Layer, origin: strin
       case "fallback":
         if (v === "host") refuse(`fallback = "host"`, "would run tools on the host");
         else out.fallback = v;
+        break;
+      case "workspace":
+        if (v === "live" && base.workspace === "isolated") refuse(`workspace = "live"`, "would let the VM write your checkout");
+        else out.workspace = v;
         break;
       case "pass_through_tools":
       case "env_passthrough": {

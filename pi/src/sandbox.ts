@@ -84,6 +84,7 @@ export function sandboxConfig(config: KrunboxConfig, workspace: string, imageTru
     env: config.env,
     idleTimeoutSec: config.idle_timeout_sec,
     labels: { "krunbox.pi.workspace": workspace },
+    ...(config.workspace === "isolated" ? { isolate: true } : {}),
   };
 }
 
