@@ -25,7 +25,7 @@ TEST_IMAGE := $(BUILD)/testimage
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox testkrun testimage test unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-realvm run run-busybox pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox testkrun testimage test unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-isolate bench-realvm run run-busybox pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -158,7 +158,7 @@ bench-realvm: realvm-payload
 	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench
 
 ## bench: every benchmark; figures go to BENCHMARKS.md
-bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi
+bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-isolate
 
 ## bench-oci: cold pull + flatten against crane export | tar -x and the tar -x floor
 bench-oci:
@@ -167,6 +167,10 @@ bench-oci:
 ## bench-sandbox: sandbox create against cp -a, krunbox exec against /bin/true, start to ready (BENCHMARKS.md)
 bench-sandbox: build testkrun
 	$(TEST_ENV) $(GO) test -run '^$$' -bench 'Sandbox' -benchtime 20x -timeout 30m ./hostapi/ ./e2e/
+
+## bench-isolate: an isolated checkout (10k files, 100 MB of history) against git worktree add and git clone --local; diff of 100 files against git diff (BENCHMARKS.md)
+bench-isolate:
+	$(GO) test -run '^$$' -bench 'Isolated' -benchtime 5x -timeout 30m ./hostapi/
 
 ## bench-agent: the guest agent against os/exec and a bare socket pair (BENCHMARKS.md)
 bench-agent:
