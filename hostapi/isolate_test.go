@@ -474,3 +474,78 @@ func mustHex(t *testing.T, s string) []byte {
 	}
 	return b
 }
+
+// A user's repository whose HEAD names a path git refuses (.GIT, a
+// case variant of .git) is refused with a clear error, by the host's git
+// and by go-git alike, and nothing is written outside the sandbox.
+func TestIsolatedCheckoutRefusesBadTree(t *testing.T) {
+	repo := gitRepo(t)
+	blob := gitOut(t, repo, "hash-object", "-w", "f")
+	var b bytes.Buffer
+	b.WriteString("100644 .GIT\x00")
+	b.Write(mustHex(t, blob))
+	cmd := exec.Command("git", "hash-object", "-w", "-t", "tree", "--literally", "--stdin")
+	cmd.Dir, cmd.Stdin = repo, &b
+	tree, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := gitOut(t, repo, "commit-tree", "-m", "evil", strings.TrimSpace(string(tree)))
+	gitOut(t, repo, "update-ref", "refs/heads/main", c)
+	h, ref := testHost(t)
+	for _, git := range []string{"git", ""} {
+		t.Run("git="+git, func(t *testing.T) {
+			defer func(g string) { gitBinary = g }(gitBinary)
+			gitBinary = git
+			_, err := h.Create(t.Context(), Config{Name: "bad" + git, Image: ref, Workspace: repo, Isolate: true})
+			if err == nil || !strings.Contains(err.Error(), ".GIT") {
+				t.Errorf("Create of a HEAD naming .GIT: %v", err)
+			}
+			if _, err := h.Get("bad" + git); err == nil {
+				t.Error("the sandbox exists")
+			}
+		})
+	}
+}
+
+// Symlinks the guest plants in its checkout are read as symlinks: Diff
+// and Land take the link, never what it points to; Export copies neither
+// it nor anything through it.
+func TestIsolatedSymlinks(t *testing.T) {
+	repo, _ := hostileRepo(t)
+	h, ref := testHost(t)
+	sb := createIsolated(t, h, ref, repo, "links")
+	co := sb.Isolation().Checkout
+	os.RemoveAll(filepath.Join(co, "dir"))
+	os.Symlink("/etc", filepath.Join(co, "dir"))           // a directory replaced by a link out
+	os.Symlink("/etc/passwd", filepath.Join(co, "passwd")) // a new link out
+	var b strings.Builder
+	if err := sb.Diff(t.Context(), &b, DiffOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "root:") {
+		t.Errorf("Diff read through a symlink:\n%s", b.String())
+	}
+	if !strings.Contains(b.String(), "+/etc/passwd") || !strings.Contains(b.String(), "deleted file mode 100644") {
+		t.Errorf("Diff:\n%s", b.String())
+	}
+	if _, err := sb.Land(t.Context(), LandOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := gitOut(t, repo, "cat-file", "-p", "krunbox/links:passwd"); got != "/etc/passwd" {
+		t.Errorf("passwd on the branch: %q, want the link's target", got)
+	}
+	if got := gitOut(t, repo, "ls-tree", "krunbox/links", "dir"); !strings.HasPrefix(got, "120000 blob") {
+		t.Errorf("dir on the branch: %q, want a symlink", got)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if err := sb.Export(t.Context(), dst, "passwd", "f"); err == nil || !strings.Contains(err.Error(), "passwd") {
+		t.Errorf("Export of a symlink: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "passwd")); err == nil {
+		t.Error("the symlink was exported")
+	}
+	if err := sb.Export(t.Context(), filepath.Join(t.TempDir(), "out2"), "dir/passwd"); err == nil {
+		t.Error("Export through a symlinked directory: no error")
+	}
+}
