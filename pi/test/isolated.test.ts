@@ -79,6 +79,9 @@ describe("isolated workspaces", { skip: IS_STANDIN && "SKIP: needs the real krun
     assert.match(list, /krunbox\/pi-proj-\w+-\w+/);
     assert.equal(list.split("\n").length, 3, `two workspaces listed:\n${list}`);
 
+    await one.command("krunbox", "restart");
+    assert.ok(one.notes.some((n) => n.level === "error" && /work not landed, which recreating it would lose/.test(n.message)), "restart refuses to drop work not landed");
+
     one.confirmAnswer = false;
     await one.command("krunbox", "land");
     assert.equal(one.confirms.length, 1);
