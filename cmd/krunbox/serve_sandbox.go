@@ -575,6 +575,14 @@ func (s *server) sandboxRestart(ctx context.Context, raw json.RawMessage) (any, 
 		return nil, nil, err
 	}
 	name := req.cfg.Name
+	if sb, err := s.host.Get(name); err == nil && req.recreate && sb.Isolation() != nil {
+		// Recreating would remove its checkout with it.
+		if unlanded, uerr := sb.Unlanded(ctx); uerr != nil || unlanded {
+			return nil, nil, newError(codeStartFailed, map[string]any{
+				"hint": "land its work first (krunbox land " + name + ", or /krunbox land in pi), or remove it (krunbox rm -f " + name + ")",
+			}, "restart %s: its isolated checkout holds work not landed, which recreating it would lose", name)
+		}
+	}
 	s.unwatch(name)
 	s.killExecs(name)
 	host, err := s.startHost(ctx, name, req.startTimeout)
@@ -585,14 +593,6 @@ func (s *server) sandboxRestart(ctx context.Context, raw json.RawMessage) (any, 
 	sb, err := host.Get(name)
 	switch {
 	case err == nil && req.recreate:
-		if sb.Isolation() != nil {
-			// Recreating would remove its checkout with it.
-			if unlanded, uerr := sb.Unlanded(ctx); uerr != nil || unlanded {
-				return nil, nil, newError(codeStartFailed, map[string]any{
-					"hint": "land its work first (krunbox land " + name + ", or /krunbox land in pi), or remove it (krunbox rm -f " + name + ")",
-				}, "restart %s: its isolated checkout holds work not landed, which recreating it would lose", name)
-			}
-		}
 		if err := sb.Remove(ctx); err != nil && !errors.Is(err, hostapi.ErrNotFound) {
 			return nil, nil, newError(codeStartFailed, nil, "restart %s: %v", name, err)
 		}
