@@ -24,8 +24,11 @@ import (
 	"github.com/krunbox/krunbox/internal/confine"
 )
 
-// maxLand bounds the bytes of the objects one Land copies.
-const maxLand = 2 << 30
+// Bounds of what Land and Export copy.
+const (
+	maxLand   = 2 << 30 // bytes of the objects one Land copies (held in memory until verified)
+	maxExport = 8 << 30 // bytes of the files one Export copies
+)
 
 // LandOptions says how Land makes the branch.
 type LandOptions struct {
@@ -448,9 +451,10 @@ func (s *Sandbox) Unlanded(ctx context.Context) (bool, error) {
 // Export copies the files and directories paths (relative to the
 // project, or absolute below it) of the sandbox's isolated checkout, as
 // they are now, into the new directory dir, which must not exist. They
-// are read below the checkout, bounded, with no symlink followed; a
-// symlink is not copied (it is listed in the error) and neither is
-// anything but regular files and directories.
+// are read below the checkout, at most maxExport bytes in all, with no
+// symlink followed; a symlink is not copied (it is listed in the error)
+// and neither is anything but regular files and directories (nor the
+// checkout's .git).
 func (s *Sandbox) Export(ctx context.Context, dir string, paths ...string) error {
 	if s.rec.Isolate == nil {
 		return fmt.Errorf("export from %s: %w", s.name, ErrNotIsolated)
@@ -484,6 +488,7 @@ func (s *Sandbox) Export(ctx context.Context, dir string, paths ...string) error
 	}
 	defer dst.Close()
 	var skipped []string
+	var copied int64
 	var copyPath func(p string) error
 	copyPath = func(p string) error {
 		if err := ctx.Err(); err != nil {
@@ -530,6 +535,9 @@ func (s *Sandbox) Export(ctx context.Context, dir string, paths ...string) error
 			defer in.Close()
 			if fi, err = in.Stat(); err != nil || !fi.Mode().IsRegular() {
 				return errors.Join(err, fmt.Errorf("%s: %w", p, confine.ErrNotRegular))
+			}
+			if copied += fi.Size(); copied > maxExport {
+				return fmt.Errorf("%s: %w: the files exported are over %d bytes", p, confine.ErrTooLarge, int64(maxExport))
 			}
 			out, err := dst.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fi.Mode().Perm()&0o755)
 			if err != nil {
