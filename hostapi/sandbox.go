@@ -645,7 +645,8 @@ func (s *Sandbox) stop(ctx context.Context) error {
 }
 
 // Remove stops the sandbox if it runs and deletes it: its writable layer,
-// logs and state. The image stays in the cache.
+// logs and state, and an isolated sandbox's checkout with whatever work
+// it holds (see Unlanded). The image stays in the cache.
 func (s *Sandbox) Remove(ctx context.Context) error {
 	if _, err := os.Stat(s.dir); errors.Is(err, fs.ErrNotExist) {
 		s.host.emptyTrash()
