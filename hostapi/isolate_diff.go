@@ -123,7 +123,8 @@ func (s *Sandbox) projectPaths(paths []string) ([]string, error) {
 // from its base commit, committed in the sandbox or not (untracked files
 // that .gitignore does not ignore count), below paths (all when empty).
 // The checkout is read as openWork says: nothing the guest wrote runs.
-func (s *Sandbox) Changes(ctx context.Context, paths ...string) ([]Change, error) {
+func (s *Sandbox) Changes(ctx context.Context, paths ...string) (_ []Change, err error) {
+	defer recoverParse(s.name, &err)
 	w, err := s.openWork()
 	if err != nil {
 		return nil, err
@@ -140,7 +141,8 @@ func (s *Sandbox) Changes(ctx context.Context, paths ...string) ([]Change, error
 // Diff writes the difference between the sandbox's base commit and its
 // isolated checkout now, as git diff does (a unified patch with a/ and b/
 // paths, or with opts.Stat a summary), for the files Changes lists.
-func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) error {
+func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (err error) {
+	defer recoverParse(s.name, &err)
 	w, err := s.openWork()
 	if err != nil {
 		return err

@@ -298,7 +298,8 @@ func (c *copier) final(w *work) (plumbing.Hash, bool, error) {
 // .git or ..), at most maxLand bytes in all; a corrupt or oversized
 // object leaves the user's repository as it was. A branch krunbox/NAME
 // that krunbox did not make, or that moved since, is refused.
-func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (*Landed, error) {
+func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err error) {
+	defer recoverParse(s.name, &err)
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return nil, err
@@ -423,7 +424,8 @@ func (s *Sandbox) writeLanded(r *landRecord) error {
 // that Land has not put in the user's repository: files that differ
 // from its base, in a state not landed last. It is false for a sandbox
 // that is not isolated.
-func (s *Sandbox) Unlanded(ctx context.Context) (bool, error) {
+func (s *Sandbox) Unlanded(ctx context.Context) (_ bool, err error) {
+	defer recoverParse(s.name, &err)
 	if s.rec.Isolate == nil {
 		return false, nil
 	}

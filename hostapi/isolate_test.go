@@ -427,6 +427,11 @@ func TestIsolatedHostileRepository(t *testing.T) {
 			os.Remove(p)
 			syscall.Mkfifo(p, 0o644)
 		}, "not a regular file", true},
+		{"index garbage", func(t *testing.T, sb *Sandbox) {
+			p := filepath.Join(sb.Isolation().Checkout, ".git/index")
+			os.Remove(p)
+			os.WriteFile(p, append([]byte("DIRC\x00\x00\x00\x02\x7f\xff\xff\xff"), bytes.Repeat([]byte{0xff}, 4096)...), 0o644)
+		}, "index", true},
 		{"a work file a FIFO", func(t *testing.T, sb *Sandbox) {
 			p := filepath.Join(sb.Isolation().Checkout, "f")
 			os.Remove(p)

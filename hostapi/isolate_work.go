@@ -35,6 +35,16 @@ const (
 // workspace is not isolated.
 var ErrNotIsolated = errors.New("the sandbox's workspace is not isolated (create it with --isolate)")
 
+// recoverParse turns a panic of go-git's parsers on what the guest wrote
+// (an index, a pack, an object that no git would write) into an error of
+// the sandbox called name, so that a hostile repository cannot crash the
+// process reading it (krunbox serve among them).
+func recoverParse(name string, err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s: its repository cannot be read (%v)", name, r)
+	}
+}
+
 // layered reads objects from the sandbox's repository, then from its base
 // objects: the alternates of the guest's repository, named by krunbox
 // rather than by the guest's objects/info/alternates.
