@@ -108,6 +108,9 @@ func testIsolated(t *testing.T, e *env) {
 			t.Errorf("workspaces[%d] = %+v", i, w)
 		}
 	}
+	if iso, _ := e.inspect("iso1")["isolation"].(map[string]any); iso["branch"] != "krunbox/iso1" || iso["project"] != repo || iso["base"] != ws[0].Base {
+		t.Errorf("inspect's isolation: %v", iso)
+	}
 	dst := filepath.Join(t.TempDir(), "out")
 	e.ok("export", "iso1", "new", repo+"/a", "--to", dst)
 	for name, want := range map[string]string{"new": "new\n", "a": "one\n"} {

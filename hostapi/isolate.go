@@ -59,16 +59,16 @@ type isolateRecord struct {
 type Isolation struct {
 	// Project is the user's checkout the sandbox was made from; the guest
 	// sees the sandbox's own checkout at this path.
-	Project string
+	Project string `json:"project"`
 	// Checkout is the sandbox's own checkout on the host (under krunbox's
 	// state): its files are the guest's, hostile to host code.
-	Checkout string
+	Checkout string `json:"checkout"`
 	// Base is the commit of the user's repository the checkout was made
 	// from.
-	Base string
+	Base string `json:"base"`
 	// Branch is the branch of the checkout, and the one land makes in the
 	// user's repository.
-	Branch string
+	Branch string `json:"branch"`
 }
 
 // Isolation returns the sandbox's isolated checkout, or nil when its
