@@ -417,6 +417,11 @@ func TestIsolatedHostileRepository(t *testing.T) {
 			os.RemoveAll(filepath.Join(co, ".git"))
 			os.Symlink(filepath.Join(repo, ".git"), filepath.Join(co, ".git"))
 		}, "the repository of", true},
+		{".git a file naming the user's", func(t *testing.T, sb *Sandbox) {
+			co := sb.Isolation().Checkout
+			os.RemoveAll(filepath.Join(co, ".git"))
+			os.WriteFile(filepath.Join(co, ".git"), []byte("gitdir: "+filepath.Join(repo, ".git")+"\n"), 0o644)
+		}, "the repository of", true},
 		{"HEAD a symlink", func(t *testing.T, sb *Sandbox) {
 			p := filepath.Join(sb.Isolation().Checkout, ".git/HEAD")
 			os.Remove(p)
