@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -197,7 +196,7 @@ func checkoutOne(st *gitStorage, root *os.Root, dir *os.File, f *checkoutFile) e
 // inode, owner and size.
 func setStat(e *index.Entry, fi os.FileInfo) error {
 	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		e.CreatedAt = time.Unix(sys.Ctim.Unix())
+		e.CreatedAt = statCtime(sys)
 		e.Dev, e.Inode = uint32(sys.Dev), uint32(sys.Ino)
 		e.UID, e.GID = sys.Uid, sys.Gid
 	}
