@@ -559,3 +559,35 @@ func TestIsolatedSymlinks(t *testing.T) {
 		t.Error("Export through a symlinked directory: no error")
 	}
 }
+
+// A worktree of a repository is isolated from its own HEAD, and lands in
+// its repository.
+func TestIsolatedFromAWorktree(t *testing.T) {
+	repo := gitRepo(t)
+	wt := filepath.Join(t.TempDir(), "wt")
+	gitOut(t, repo, "worktree", "add", "-q", "-b", "side", wt)
+	os.WriteFile(filepath.Join(wt, "f"), []byte("side\n"), 0o644)
+	gitOut(t, wt, "commit", "-qam", "side")
+	h, ref := testHost(t)
+	for _, git := range []string{"git", ""} {
+		t.Run("git="+git, func(t *testing.T) {
+			defer func(g string) { gitBinary = g }(gitBinary)
+			gitBinary = git
+			sb := createIsolated(t, h, ref, wt, "wt"+git)
+			if sb.Isolation().Base != gitOut(t, wt, "rev-parse", "HEAD") {
+				t.Errorf("base %s, want the worktree's HEAD", sb.Isolation().Base)
+			}
+			co := sb.Isolation().Checkout
+			if b, _ := os.ReadFile(filepath.Join(co, "f")); string(b) != "side\n" {
+				t.Errorf("f = %q", b)
+			}
+			os.WriteFile(filepath.Join(co, "g"), []byte("g\n"), 0o644)
+			if _, err := sb.Land(t.Context(), LandOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := gitOut(t, repo, "show", "krunbox/wt"+git+":g"); got != "g" {
+				t.Errorf("g on the branch, from the main checkout: %q", got)
+			}
+		})
+	}
+}
