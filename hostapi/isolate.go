@@ -138,8 +138,11 @@ func (g *gitStorage) Close() error {
 
 // openGitStorage opens the git directory gitDir, whose common directory
 // is common (the same for an ordinary repository), with go-git through
-// gitfs: nothing it reads is run, and its config is not read.
-func openGitStorage(gitDir, common string) (*gitStorage, error) {
+// gitfs: nothing it reads is run, and its config is not read. Objects
+// over lazy bytes are read only when their content is (see layered):
+// with lazy 1, none is read whole by go-git itself, so that a loose
+// object's stream longer than the size it says cannot fill memory.
+func openGitStorage(gitDir, common string, lazy int64) (*gitStorage, error) {
 	g, err := gitfs.Open(gitDir)
 	if err != nil {
 		return nil, err
@@ -155,7 +158,7 @@ func openGitStorage(gitDir, common string) (*gitStorage, error) {
 		st.closers = append(st.closers, c)
 		fsys = dotgit.NewRepositoryFilesystem(g, c)
 	}
-	st.Storage = filesystem.NewStorageWithOptions(fsys, cache.NewObjectLRUDefault(), filesystem.Options{LargeObjectThreshold: 1 << 20})
+	st.Storage = filesystem.NewStorageWithOptions(fsys, cache.NewObjectLRUDefault(), filesystem.Options{LargeObjectThreshold: lazy})
 	return st, nil
 }
 
@@ -222,7 +225,7 @@ func prepareIsolated(ctx context.Context, dir string, rec *record) error {
 	if err := checkObjectFormat(iso.CommonDir); err != nil {
 		return err
 	}
-	st, err := openGitStorage(iso.GitDir, iso.CommonDir)
+	st, err := openGitStorage(iso.GitDir, iso.CommonDir, 1<<20)
 	if err != nil {
 		return fmt.Errorf("open the repository of %s: %w", iso.Project, err)
 	}
@@ -246,7 +249,7 @@ func prepareIsolated(ctx context.Context, dir string, rec *record) error {
 			return fmt.Errorf("check out %s of %s: %w", iso.Base, iso.Project, err)
 		}
 	} else {
-		open := func() (*gitStorage, error) { return openGitStorage(iso.GitDir, iso.CommonDir) }
+		open := func() (*gitStorage, error) { return openGitStorage(iso.GitDir, iso.CommonDir, 1<<20) }
 		if err := writeCheckout(ctx, open, head, ws); err != nil {
 			return fmt.Errorf("check out %s of %s: %w", iso.Base, iso.Project, err)
 		}

@@ -167,7 +167,7 @@ func checkoutOne(st *gitStorage, root *os.Root, dir *os.File, f *checkoutFile) e
 			return err
 		}
 		defer out.Close()
-		n, err := io.Copy(out, r)
+		n, err := io.Copy(out, io.LimitReader(r, o.Size()+1))
 		if err == nil && n != o.Size() {
 			err = fmt.Errorf("blob %s: %d bytes read, %d expected", f.hash, n, o.Size())
 		}

@@ -314,7 +314,7 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 	if err := checkObjectFormat(iso.CommonDir); err != nil {
 		return nil, err
 	}
-	user, err := openGitStorage(iso.GitDir, iso.CommonDir)
+	user, err := openGitStorage(iso.GitDir, iso.CommonDir, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("land %s: the repository of %s: %w", s.name, iso.Project, err)
 	}

@@ -396,6 +396,11 @@ func TestIsolatedHostileRepository(t *testing.T) {
 			blob := commitBlob(t, sb, "c", "content\n")
 			looseObject(t, sb, blob, "blob 1099511627776", []byte("x"))
 		}, "too large", true},
+		{"a zlib bomb", func(t *testing.T, sb *Sandbox) {
+			// Says 6 bytes, inflates to 300 MiB: read no further than 6.
+			blob := commitBlob(t, sb, "c", "bomb!\n")
+			looseObject(t, sb, blob, "blob 6", make([]byte, 300<<20))
+		}, "corrupt", true},
 		{"a tree naming .git", func(t *testing.T, sb *Sandbox) {
 			blob := sandboxGit(t, sb, "hash-object", "-w", "f")
 			var b bytes.Buffer

@@ -53,12 +53,35 @@ type layered struct {
 	base storer.EncodedObjectStorer
 }
 
+// EncodedObject returns the object h, refusing one that says it is over
+// maxBlob bytes; its Reader stops at the size it says, whatever its
+// stream holds (a zlib bomb), so that go-git's decoders read no more.
 func (l *layered) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
 	o, err := l.EncodedObjectStorer.EncodedObject(t, h)
 	if errors.Is(err, plumbing.ErrObjectNotFound) {
-		return l.base.EncodedObject(t, h)
+		o, err = l.base.EncodedObject(t, h)
 	}
-	return o, err
+	if err != nil {
+		return nil, err
+	}
+	if o.Size() > maxBlob || o.Size() < 0 {
+		return nil, fmt.Errorf("object %s: %w: %d bytes, at most %d read", h, confine.ErrTooLarge, o.Size(), maxBlob)
+	}
+	return &boundedObject{o}, nil
+}
+
+// boundedObject is an object whose Reader stops at its size.
+type boundedObject struct{ plumbing.EncodedObject }
+
+func (o *boundedObject) Reader() (io.ReadCloser, error) {
+	r, err := o.EncodedObject.Reader()
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(r, o.Size()), r}, nil
 }
 
 func (l *layered) HasEncodedObject(h plumbing.Hash) error {
@@ -109,11 +132,11 @@ func (s *Sandbox) openWork() (*work, error) {
 		return nil, fmt.Errorf("%s: %w", s.name, ErrNotIsolated)
 	}
 	checkout := s.path(isolatedWorkspace)
-	own, err := openGitStorage(filepath.Join(checkout, ".git"), filepath.Join(checkout, ".git"))
+	own, err := openGitStorage(filepath.Join(checkout, ".git"), filepath.Join(checkout, ".git"), 1)
 	if err != nil {
 		return nil, fmt.Errorf("the repository of %s: %w", s.name, err)
 	}
-	base, err := openGitStorage(s.path("base"), s.path("base"))
+	base, err := openGitStorage(s.path("base"), s.path("base"), 1<<20)
 	if err != nil {
 		own.Close()
 		return nil, fmt.Errorf("the base objects of %s: %w", s.name, err)

@@ -7,9 +7,10 @@
 // an absolute one is refused); a file is opened without following a last
 // symlink and without blocking, and only a regular file or a directory is
 // used (a FIFO, a socket, a device is refused at once, never waited on); a
-// file over MaxFile bytes is refused. objects/info/alternates reads as
-// absent: go-git would open the directories it names on the host, and they
-// are whatever the guest wrote there.
+// file over MaxFile (a pack) or MaxMeta (anything else) bytes is refused.
+// objects/info/alternates reads as absent: go-git would open the
+// directories it names on the host, and they are whatever the guest wrote
+// there.
 package gitfs
 
 import (
@@ -29,9 +30,14 @@ import (
 	"github.com/krunbox/krunbox/internal/confine"
 )
 
-// MaxFile bounds the size of one file of a .git directory read through
-// the file system: a pack of a large repository, at most.
-const MaxFile = 8 << 30
+// Bounds of the size of one file of a .git directory opened through the
+// file system: a pack (objects/pack/) of a large repository, at most
+// MaxFile; any other file (refs, packed-refs, the index, a loose object),
+// MaxMeta.
+const (
+	MaxFile = 8 << 30
+	MaxMeta = 256 << 20
+)
 
 // FS is a billy.Filesystem confined below a directory.
 type FS struct {
@@ -103,8 +109,12 @@ func (f *FS) OpenFile(filename string, flag int, perm os.FileMode) (billy.File, 
 	if err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
 		err = &fs.PathError{Op: "open", Path: n, Err: confine.ErrNotRegular}
 	}
-	if err == nil && fi.Size() > MaxFile {
-		err = &fs.PathError{Op: "open", Path: n, Err: fmt.Errorf("%w: %d bytes, at most %d", confine.ErrTooLarge, fi.Size(), int64(MaxFile))}
+	limit := int64(MaxMeta)
+	if strings.HasPrefix(n, "objects/pack/") || strings.Contains(n, "/objects/pack/") {
+		limit = MaxFile
+	}
+	if err == nil && fi.Size() > limit {
+		err = &fs.PathError{Op: "open", Path: n, Err: fmt.Errorf("%w: %d bytes, at most %d", confine.ErrTooLarge, fi.Size(), limit)}
 	}
 	if err != nil {
 		fh.Close()
