@@ -25,7 +25,7 @@ TEST_IMAGE := $(BUILD)/testimage
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox testkrun testimage test deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-secrets bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox testkrun testimage test deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-secrets bench-isolate bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -180,7 +180,7 @@ bench-realvm: realvm-payload
 	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench
 
 ## bench: every benchmark; figures go to BENCHMARKS.md
-bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-net bench-secrets
+bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-net bench-secrets bench-isolate
 
 ## bench-oci: cold pull + flatten against crane export | tar -x and the tar -x floor
 bench-oci:
@@ -197,6 +197,10 @@ bench-net: build testkrun
 ## bench-secrets: a 256 MiB HTTPS download through the secrets' TLS interception against a direct one (BENCHMARKS.md)
 bench-secrets:
 	$(GO) test -run '^$$' -bench 'Download256MiB' -benchtime 5x -count 3 ./internal/secrets/
+
+## bench-isolate: an isolated checkout (10k files, 100 MB of history) against git worktree add and git clone --local; diff of 100 files against git diff (BENCHMARKS.md)
+bench-isolate:
+	$(GO) test -run '^$$' -bench 'Isolated' -benchtime 5x -timeout 30m ./hostapi/
 
 ## bench-agent: the guest agent against os/exec and a bare socket pair (BENCHMARKS.md)
 bench-agent:

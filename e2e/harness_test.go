@@ -50,6 +50,7 @@ var scenarios = []scenario{
 	{"GitWorktree", testGitWorktree},
 	{"GitReadOnly", testGitReadOnly},
 	{"GitWritable", testGitWritable},
+	{"Isolated", testIsolated},
 	{"NamedSandboxPersists", testNamedSandboxPersists},
 	{"CopyRoot", testCopyRoot},
 	{"RmLeavesNothing", testRmLeavesNothing},

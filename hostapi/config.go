@@ -69,6 +69,14 @@ type Config struct {
 	// worktree's or submodule's git directories outside it are mounted
 	// too, at their own paths, so git works in the guest.
 	Workspace string `json:"workspace,omitempty"`
+	// Isolate gives the sandbox its own checkout of the workspace's git
+	// repository instead of the workspace itself: the files of the commit
+	// HEAD points to (nothing untracked or ignored), in a repository of
+	// its own on branch krunbox/NAME, kept under krunbox's state until the
+	// sandbox is removed, seen at the workspace's path in the guest. The
+	// user's checkout is never written; Sandbox.Diff, Export and Land take
+	// the work out. The workspace must be the top of a git checkout.
+	Isolate bool `json:"isolate,omitempty"`
 	// Mounts are further host directories shared with the guest.
 	Mounts []Mount `json:"mounts,omitempty"`
 	// Env (KEY=VALUE) is added to the image's environment. Nothing of the
@@ -213,6 +221,9 @@ func (c *Config) validate() error {
 	}
 	if c.IdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("idle timeout %v: want 0 or more", c.IdleTimeout))
+	}
+	if c.Isolate && c.Workspace == "" {
+		errs = append(errs, errors.New("isolate needs a workspace: the git checkout to isolate"))
 	}
 	if c.Workdir != "" && !strings.HasPrefix(c.Workdir, "/") {
 		errs = append(errs, fmt.Errorf("workdir %q: want an absolute guest path", c.Workdir))

@@ -111,12 +111,14 @@ func (s *Sandbox) protectGit(spec *vmm.Spec) error {
 	}
 	st := &gitState{Mode: GitOff}
 	if !s.rec.Config.GitWritable {
-		paths, err := planGit(s.rec.Mounts)
+		// An isolated checkout is the guest's own repository: the host's
+		// git never runs there, so its config and hooks stay writable.
+		paths, err := planGit(s.ownMounts())
 		if err != nil {
 			return fmt.Errorf("protect git's hooks and config: %w", err)
 		}
 		st.Paths = paths
-		for _, m := range s.rec.Mounts {
+		for _, m := range s.ownMounts() {
 			p := filepath.Join(m.HostPath, ".git")
 			if _, err := lstatNoSymlinks(p); !m.ReadOnly && errors.Is(err, fs.ErrNotExist) {
 				st.Absent = append(st.Absent, p)

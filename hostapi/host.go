@@ -204,6 +204,23 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err := os.MkdirAll(h.dirs.Sandboxes(), 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	var prepare func(context.Context, string, *record) error
+	if cfg.Isolate {
+		project, err := filepath.EvalSymlinks(cfg.Workspace)
+		if err != nil {
+			return nil, fmt.Errorf("create sandbox: workspace: %w", err)
+		}
+		gitDir, common, err := userRepo(project)
+		if err != nil {
+			return nil, fmt.Errorf("create sandbox: %w", err)
+		}
+		rec.Isolate = &isolateRecord{Project: project, GitDir: gitDir, CommonDir: common}
+		prepare = prepareIsolated
+	}
+	sandboxes, err := filepath.EvalSymlinks(h.dirs.Sandboxes())
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
 	for attempt := 0; ; attempt++ {
 		name := cfg.Name
 		if name == "" {
@@ -211,7 +228,11 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 		}
 		rec.Name = name
 		rec.Config.Name = name
-		err := h.publish(rec, ca)
+		if rec.Isolate != nil {
+			rec.Isolate.Branch = BranchPrefix + name
+			rec.Mounts = append(isolatedMounts(filepath.Join(sandboxes, name), cfg.Workspace), mounts...)
+		}
+		err := h.publish(ctx, rec, ca, prepare)
 		if errors.Is(err, ErrExists) && cfg.Name == "" && attempt < 5 {
 			continue
 		}
@@ -253,6 +274,9 @@ func (h *Host) pull(ctx context.Context, store *oci.Store, cfg Config) (*oci.Ima
 // mounts. It sets cfg.Workspace to its absolute form.
 func sandboxMounts(cfg *Config) ([]Mount, error) {
 	var mounts []Mount
+	if cfg.Isolate {
+		return isolatedSandboxMounts(cfg)
+	}
 	if cfg.Workspace != "" {
 		abs, err := filepath.Abs(cfg.Workspace)
 		if err != nil {
@@ -282,14 +306,20 @@ func sandboxMounts(cfg *Config) ([]Mount, error) {
 }
 
 // publish creates the sandbox's directory with its record, atomically: a
-// directory assembled under a temporary name is renamed into place, and
-// the rename fails if the name is taken.
-func (h *Host) publish(rec *record, ca *secrets.CA) error {
+// directory assembled under a temporary name (by prepare, when not nil,
+// then with the record and the secrets' CA, when not nil) is renamed into
+// place, and the rename fails if the name is taken.
+func (h *Host) publish(ctx context.Context, rec *record, ca *secrets.CA, prepare func(context.Context, string, *record) error) error {
 	tmp, err := os.MkdirTemp(h.dirs.Sandboxes(), ".new-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer removeTree(tmp)
+	if prepare != nil {
+		if err := prepare(ctx, tmp, rec); err != nil {
+			return err
+		}
+	}
 	if err := writeRecord(tmp, rec); err != nil {
 		return err
 	}

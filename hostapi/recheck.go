@@ -29,7 +29,7 @@ func (s *Sandbox) checkMounts() error {
 		}
 		dir.Close()
 	}
-	if err := refuseExposure(s.rec.Mounts, s.host.ownDirs()); err != nil {
+	if err := refuseExposure(s.ownMounts(), s.host.ownDirs()); err != nil {
 		return &shareChangedError{name: s.name, err: err}
 	}
 	if s.rec.Config.Workspace == "" || len(s.rec.Mounts) == 0 {

@@ -54,6 +54,9 @@ type record struct {
 	// Placeholders are what the guest sees of each of Config.Secrets, by
 	// name, made at create. The values are never stored.
 	Placeholders map[string]string `json:"placeholders,omitempty"`
+	// Isolate is the isolated checkout, for Config.Isolate; its shares
+	// are the first two Mounts.
+	Isolate *isolateRecord `json:"isolate,omitempty"`
 }
 
 // imageRef is the image a sandbox was made from.
@@ -705,7 +708,8 @@ func (s *Sandbox) stop(ctx context.Context) error {
 }
 
 // Remove stops the sandbox if it runs and deletes it: its writable layer,
-// logs and state. The image stays in the cache.
+// logs and state, and an isolated sandbox's checkout with whatever work
+// it holds (see Unlanded). The image stays in the cache.
 func (s *Sandbox) Remove(ctx context.Context) error {
 	if _, err := os.Stat(s.dir); errors.Is(err, fs.ErrNotExist) {
 		s.host.emptyTrash()

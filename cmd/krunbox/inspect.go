@@ -26,9 +26,11 @@ type inspectJSON struct {
 	// Git says how the hooks and config the host's git runs are kept from
 	// the guest, and, where they could not be made read-only, what the
 	// guest changed.
-	Git    *hostapi.GitProtection `json:"git"`
-	Status *hostapi.Status        `json:"status"`
-	Paths  inspectPathsJSON       `json:"paths"`
+	Git *hostapi.GitProtection `json:"git"`
+	// Isolation is the isolated checkout (--isolate), if any.
+	Isolation *hostapi.Isolation `json:"isolation,omitempty"`
+	Status    *hostapi.Status    `json:"status"`
+	Paths     inspectPathsJSON   `json:"paths"`
 }
 
 type inspectPathsJSON struct {
@@ -88,7 +90,7 @@ func inspectSandbox(ctx context.Context, h *hostapi.Host, name string) (*inspect
 		return nil, err
 	}
 	return &inspectJSON{
-		Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Root: sb.Root(), Git: git, Status: st,
+		Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Root: sb.Root(), Git: git, Status: st, Isolation: sb.Isolation(),
 		Paths: inspectPathsJSON{
 			Dir: sb.Dir(), Socket: sb.SocketPath(), Console: sb.ConsolePath(),
 			RunnerLog: filepath.Join(sb.Dir(), vmm.LogFile),

@@ -16,7 +16,9 @@ func newRmCmd(s *streams) *cobra.Command {
 		Short: "Remove sandboxes",
 		Long: `rm deletes each sandbox: its writable root file system, logs and state. The
 image stays cached and shared directories are not touched. A running
-sandbox is refused unless -f, which stops it first. rm completes what an
+sandbox is refused unless -f, which stops it first; so is an isolated
+sandbox (--isolate) whose checkout holds work not landed, unless -f or
+you say yes when asked on a terminal. rm completes what an
 interrupted removal left, and removes a sandbox whose state is damaged
 with -f. Every name is tried, whatever happens to the others: each failure
 is reported, and rm fails if any did.`,
@@ -43,6 +45,11 @@ is reported, and rm fails if any did.`,
 					case hostapi.StateRunning, hostapi.StateStarting, hostapi.StateUnresponsive:
 						return withHint(fmt.Errorf("sandbox %s is %s", name, st.State), "stop it first, or 'krunbox rm -f "+name+"'")
 					}
+					if sb.Isolation() != nil {
+						if err := confirmUnlanded(ctx, s, sb); err != nil {
+							return err
+						}
+					}
 				}
 				var gitErr error
 				if sb != nil {
@@ -57,6 +64,6 @@ is reported, and rm fails if any did.`,
 			})
 		},
 	}
-	cmd.Flags().BoolVarP(&force, "force", "f", false, "stop a running sandbox first; remove a damaged one")
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "stop a running sandbox first; remove a damaged one, or an isolated one with work not landed")
 	return cmd
 }

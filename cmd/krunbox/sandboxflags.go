@@ -64,6 +64,7 @@ type sandboxFlags struct {
 	name      string
 	mounts    []string
 	workspace string
+	isolate   bool
 	workdir   string
 	env       []string
 	user      string
@@ -88,6 +89,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	fl.StringVar(&f.name, "name", "", "name of the sandbox (default: generated)")
 	fl.StringArrayVarP(&f.mounts, "volume", "v", nil, "share a host directory: HOST[:GUEST][:ro] (GUEST defaults to the same path; -v . shares the current directory)")
 	fl.StringVar(&f.workspace, "workspace", "", "share DIR at the same absolute path and make it the working directory (with the git directories a worktree needs)")
+	fl.BoolVar(&f.isolate, "isolate", false, "give the sandbox its own checkout of the workspace's HEAD (branch krunbox/NAME) instead of the workspace itself; see 'krunbox diff', 'export --to', 'land'")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory in the guest, absolute, made if missing (default: the workspace, else the image's)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE in the guest (KEY alone takes this process's value); nothing else of the host environment is passed")
 	fl.StringVarP(&f.user, "user", "u", "", "guest user, name or uid[:gid] (default: the image's)")
@@ -135,6 +137,7 @@ func (f *sandboxFlags) config(cmd *cobra.Command, uc *userconfig.Config, image s
 		CPUs:        uc.CPUs,
 		MemoryMiB:   uc.MemoryMiB,
 		Workspace:   f.workspace,
+		Isolate:     f.isolate,
 		Workdir:     f.workdir,
 		User:        f.user,
 		Network:     hostapi.Network(uc.Network),

@@ -101,6 +101,9 @@ type configParams struct {
 	IdleTimeoutSec *int64            `json:"idleTimeoutSec"`
 	Labels         map[string]string `json:"labels"`
 	Secrets        []secretParams    `json:"secrets"`
+	// Isolate gives the sandbox its own checkout of the workspace's
+	// HEAD (hostapi.Config.Isolate).
+	Isolate bool `json:"isolate"`
 }
 
 type ensureParams struct {
@@ -151,6 +154,7 @@ func parseEnsure(raw json.RawMessage) (*ensureRequest, error) {
 		MemoryMiB: hostapi.DefaultMemoryMiB,
 		Network:   hostapi.Network(c.Network),
 		Labels:    c.Labels,
+		Isolate:   c.Isolate,
 	}
 	if cfg.Image == "" {
 		return nil, invalid("config.image: required")
@@ -261,7 +265,7 @@ func envList(env map[string]string) ([]string, error) {
 
 // reachKeys are the configuration keys that change what a sandbox can
 // reach: an existing sandbox that differs in one is never reused as is.
-var reachKeys = []string{"workspace", "image", "network", "mounts", "secrets"}
+var reachKeys = []string{"workspace", "isolate", "image", "network", "mounts", "secrets"}
 
 // configDiff returns the protocol keys in which two configurations differ.
 func configDiff(have, want hostapi.Config) []string {
@@ -283,6 +287,7 @@ func configDiff(have, want hostapi.Config) []string {
 		}
 	}
 	add("workspace", filepath.Clean(have.Workspace) != filepath.Clean(want.Workspace))
+	add("isolate", have.Isolate != want.Isolate)
 	add("image", have.Image != want.Image)
 	add("network", have.Network != want.Network)
 	add("mounts", !slices.Equal(norm(have.Mounts), norm(want.Mounts)))
@@ -604,6 +609,14 @@ func (s *server) sandboxRestart(ctx context.Context, raw json.RawMessage) (any, 
 		return nil, nil, err
 	}
 	name := req.cfg.Name
+	if sb, err := s.host.Get(name); err == nil && req.recreate && sb.Isolation() != nil {
+		// Recreating would remove its checkout with it.
+		if unlanded, uerr := sb.Unlanded(ctx); uerr != nil || unlanded {
+			return nil, nil, newError(codeStartFailed, map[string]any{
+				"hint": "land its work first (krunbox land " + name + ", or /krunbox land in pi), or remove it (krunbox rm -f " + name + ")",
+			}, "restart %s: its isolated checkout holds work not landed, which recreating it would lose", name)
+		}
+	}
 	s.unwatch(name)
 	s.killExecs(name)
 	host, err := s.startHost(ctx, name, req.startTimeout)

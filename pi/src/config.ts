@@ -65,6 +65,12 @@ export interface KrunboxConfig {
   secrets: SecretConfig[];
   /** Workspaces whose project file is trusted (user file only). */
   trusted_projects: string[];
+  /**
+   * "live": the project itself is the VM's workspace. "isolated": each pi session gets its
+   * own checkout of the project's HEAD (branch krunbox/NAME), reused when the session
+   * resumes; /krunbox diff, export and land take its work out.
+   */
+  workspace: "live" | "isolated";
 }
 
 export type ConfigKey = keyof KrunboxConfig;
@@ -90,6 +96,7 @@ export const DEFAULTS: Readonly<KrunboxConfig> = Object.freeze({
   mounts: [],
   secrets: [],
   trusted_projects: [],
+  workspace: "live",
 });
 
 type Kind = "bool" | "string" | "int" | "list" | "map" | "mounts" | "secrets";
@@ -114,11 +121,13 @@ const KINDS: Record<ConfigKey, Kind> = {
   mounts: "mounts",
   secrets: "secrets",
   trusted_projects: "list",
+  workspace: "string",
 };
 
 const ENUMS: Partial<Record<ConfigKey, readonly string[]>> = {
   pull: ["missing", "always", "never"],
   fallback: ["none", "host"],
+  workspace: ["live", "isolated"],
 };
 
 const MINIMUM: Partial<Record<ConfigKey, number>> = {
@@ -460,6 +469,10 @@ export function narrowProject(base: KrunboxConfig, project: Layer, origin: strin
       case "fallback":
         if (v === "host") refuse(`fallback = "host"`, "would run tools on the host");
         else out.fallback = v;
+        break;
+      case "workspace":
+        if (v === "live" && base.workspace === "isolated") refuse(`workspace = "live"`, "would let the VM write your checkout");
+        else out.workspace = v;
         break;
       case "pass_through_tools":
       case "env_passthrough": {

@@ -33,7 +33,8 @@ import { type GrepParams, guestGrep } from "./grep.ts";
 import { ServeClient } from "./rpc.ts";
 import { agentPingMs, NotReadyError, SandboxController, type State } from "./sandbox.ts";
 import { workspaceTrust } from "./trust.ts";
-import { findWorkspace, refusedWorkspace, sandboxName } from "./workspace.ts";
+import { ISOLATED_COMMANDS, isolatedCommand } from "./isolated.ts";
+import { findWorkspace, isolatedSandboxName, refusedWorkspace, sandboxName } from "./workspace.ts";
 
 /** The tools the extension runs in the sandbox. */
 export const ROUTED_TOOLS = ["bash", "read", "write", "edit", "ls", "find", "grep"] as const;
@@ -111,9 +112,9 @@ export class KrunboxExtension {
     });
     this.registerTools();
     pi.registerCommand("krunbox", {
-      description: "krunbox sandbox: status | on | off | restart | logs | config | network allow|deny RULE...",
+      description: "krunbox sandbox: status | on | off | restart | logs | config | network allow|deny RULE... | diff | export | land | workspaces",
       getArgumentCompletions: (prefix: string) =>
-        ["status", "on", "off", "restart", "logs", "config", "network"].filter((c) => c.startsWith(prefix)).map((c) => ({ value: c, label: c })),
+        ["status", "on", "off", "restart", "logs", "config", "network", ...ISOLATED_COMMANDS].filter((c) => c.startsWith(prefix)).map((c) => ({ value: c, label: c })),
       handler: async (args: string, ctx: ExtensionContext) => this.command(args.trim(), ctx),
     });
     pi.on("session_start", async (_event, ctx) => this.sessionStart(ctx));
@@ -204,7 +205,7 @@ export class KrunboxExtension {
       this.ctrl.setConfig(loaded.config, loaded.imageTrusted);
     } else {
       this.ctrl = new SandboxController({
-        name: sandboxName(this.workspace),
+        name: this.sandboxName(loaded.config.workspace),
         workspace: this.workspace,
         config: loaded.config,
         imageTrusted: loaded.imageTrusted,
@@ -217,6 +218,17 @@ export class KrunboxExtension {
     }
     void this.ctrl.start();
     this.refresh();
+  }
+
+  /**
+   * The sandbox of this session: the project's, or with workspace = "isolated" the
+   * session's own (named after pi's session id, so a resumed session finds it again).
+   */
+  private sandboxName(workspace: "live" | "isolated"): string {
+    if (workspace !== "isolated") return sandboxName(this.workspace);
+    const sm = (this.ctx as { sessionManager?: { getSessionId?: () => string } } | undefined)?.sessionManager;
+    const id = typeof sm?.getSessionId === "function" ? sm.getSessionId() : undefined;
+    return isolatedSandboxName(this.workspace, id || `pid-${process.pid}`);
   }
 
   private async sessionShutdown(): Promise<void> {
@@ -495,7 +507,7 @@ export class KrunboxExtension {
       systemPrompt: `${prompt}
 
 # Sandbox
-Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM (krunbox sandbox ${this.ctrl.name}, image ${image ?? "?"}), not on the user's machine. The project directory ${this.workspace} is mounted at the same path in the VM, so paths in it are the same as on the host and changes to them reach the host at once. Everything outside it (/root, /tmp, /usr, ...) belongs to the VM only. The host's environment variables and programs are not available; install what you need inside the VM.`,
+Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM (krunbox sandbox ${this.ctrl.name}, image ${image ?? "?"}), not on the user's machine. ${this.loaded?.config.workspace === "isolated" ? `The project directory ${this.workspace} is, at the same path in the VM, this session's own git checkout of the project's HEAD (branch krunbox/${this.ctrl.name}): commit there as you like; the user reviews and lands your work with /krunbox diff and /krunbox land.` : `The project directory ${this.workspace} is mounted at the same path in the VM, so paths in it are the same as on the host and changes to them reach the host at once.`} Everything outside it (/root, /tmp, /usr, ...) belongs to the VM only. The host's environment variables and programs are not available; install what you need inside the VM.`,
     };
   }
 
@@ -521,9 +533,34 @@ Your tools (bash, read, write, edit, ls, find, grep) run inside a Linux microVM 
         return this.say(await this.logs());
       case "network":
         return this.network(args.split(/\s+/).filter(Boolean).slice(1));
+      case "diff":
+      case "export":
+      case "land":
+      case "workspaces":
+        return this.isolated(sub, args.split(/\s+/).filter(Boolean).slice(1), ctx);
       default:
-        return this.say(`krunbox: unknown subcommand "${sub}". Use: /krunbox status | on | off | restart | logs | config | network allow|deny RULE...`, "error");
+        return this.say(`krunbox: unknown subcommand "${sub}". Use: /krunbox status | on | off | restart | logs | config | network allow|deny RULE... | diff | export | land | workspaces`, "error");
     }
+  }
+
+  private async isolated(sub: string, words: string[], ctx: ExtensionContext): Promise<void> {
+    if (this.loaded?.config.workspace !== "isolated" || !this.ctrl || !this.binary) {
+      return this.say(`krunbox: /krunbox ${sub} is for isolated workspaces (workspace = "isolated" or KRUNBOX_PI_WORKSPACE=isolated); this session's workspace is ${this.workspace || "not set up"} itself`, "error");
+    }
+    const ui = ctx.hasUI ? (ctx.ui as { confirm?: (title: string, message: string) => Promise<boolean> }) : undefined;
+    await isolatedCommand(
+      {
+        bin: this.binary.path,
+        env: this.env,
+        workspace: this.workspace,
+        name: this.ctrl.name,
+        cwd: ctx.cwd,
+        confirm: typeof ui?.confirm === "function" ? (t, m) => (ui.confirm as (t: string, m: string) => Promise<boolean>)(t, m) : undefined,
+        say: this.say,
+      },
+      sub,
+      words,
+    );
   }
 
   private async turnOn(ctx: ExtensionContext): Promise<void> {

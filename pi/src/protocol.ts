@@ -126,6 +126,8 @@ export interface SandboxConfig {
   env?: Record<string, string>;
   idleTimeoutSec?: number;
   labels?: Record<string, string>;
+  /** The sandbox gets its own checkout of the workspace's HEAD (krunbox create --isolate). */
+  isolate?: boolean;
   /** Secrets (see krunbox create --secret); only sent when there are any. */
   secrets?: SecretSpec[];
 }

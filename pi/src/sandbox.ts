@@ -85,6 +85,7 @@ export function sandboxConfig(config: KrunboxConfig, workspace: string, imageTru
     idleTimeoutSec: config.idle_timeout_sec,
     labels: { "krunbox.pi.workspace": workspace },
     ...(config.secrets.length ? { secrets: config.secrets.map((sec) => ({ name: sec.env, source: secretSource(sec.value), hosts: sec.allow_hosts })) } : {}),
+    ...(config.workspace === "isolated" ? { isolate: true } : {}),
   };
 }
 

@@ -46,6 +46,15 @@ export function sandboxName(workspace: string): string {
 }
 
 /**
+ * The sandbox name of a pi session's isolated workspace: sandboxName(workspace), then "-"
+ * and the first 8 hex digits of the SHA-256 of the session's id, so that the session finds
+ * its checkout again when it resumes, and two sessions of one project have one each.
+ */
+export function isolatedSandboxName(workspace: string, sessionId: string): string {
+  return `${sandboxName(workspace)}-${createHash("sha256").update(sessionId).digest("hex").slice(0, 8)}`;
+}
+
+/**
  * Directories that are never a project: the system's own, and those that hold the homes of
  * every user (macOS's included). Mounting one read-write would hand the VM what the sandbox
  * is there to protect. Their subdirectories are fine (/tmp/x, /opt/app, /usr/local/src/x).

@@ -181,6 +181,18 @@ describe("untrusted project files may narrow, not widen", () => {
     }
   });
 
+  test("workspace: a project may ask for an isolated one, not for the live one over yours; KRUNBOX_PI_WORKSPACE", () => {
+    files(user, `workspace = "isolated"\n`);
+    assert.equal(load().config.workspace, "isolated", "isolated narrows: kept");
+    files(`workspace = "isolated"\n${user}`, `workspace = "live"\n`);
+    const l = load();
+    assert.equal(l.config.workspace, "isolated");
+    assert.ok(l.warnings.some((w) => w.includes('workspace = "live"')), l.warnings.join("\n"));
+    files(user, "");
+    assert.equal(load({ env: { KRUNBOX_PI_WORKSPACE: "isolated" } }).config.workspace, "isolated");
+    assert.throws(() => load({ env: { KRUNBOX_PI_WORKSPACE: "copy" } }), (e: Error) => e instanceof ConfigError && /workspace: want one of live, isolated/.test(e.message));
+  });
+
   test("a mount cannot be made writable by the project", () => {
     files(`[[mounts]]\nhost = "/srv/ro"\nread_only = true\n`, `[[mounts]]\nhost = "/srv/ro"\nread_only = false\n`);
     assert.deepEqual(load().config.mounts, [{ host: "/srv/ro", read_only: true }]);

@@ -13,7 +13,9 @@ export interface FakeContext {
   ui: {
     notify(message: string, level?: string): void;
     setStatus(key: string, text: string | undefined): void;
+    confirm(title: string, message: string): Promise<boolean>;
   };
+  sessionManager: { getSessionId(): string };
   isProjectTrusted?: () => boolean;
 }
 
@@ -30,6 +32,11 @@ export class FakePi {
   readonly flags = new Map<string, boolean | string | undefined>();
   readonly notes: { message: string; level?: string }[] = [];
   readonly statuses: string[] = [];
+  /** What ui.confirm asked, and what it answers. */
+  readonly confirms: { title: string; message: string }[] = [];
+  confirmAnswer = true;
+  /** pi's session id (a resumed session keeps its own). */
+  sessionId = "session-1";
   private readonly handlers = new Map<string, Handler[]>();
   private seq = 0;
 
@@ -64,7 +71,12 @@ export class FakePi {
       ui: {
         notify: (message, level) => this.notes.push({ message, level }),
         setStatus: (key, text) => key === "krunbox" && this.statuses.push(text ?? ""),
+        confirm: async (title, message) => {
+          this.confirms.push({ title, message });
+          return this.confirmAnswer;
+        },
       },
+      sessionManager: { getSessionId: () => this.sessionId },
       ...(this.trust === undefined ? {} : { isProjectTrusted: () => this.trust as boolean }),
     };
   }

@@ -1,0 +1,303 @@
+package hostapi
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	fdiff "github.com/go-git/go-git/v5/plumbing/format/diff"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/utils/diff"
+	"github.com/sergi/go-diff/diffmatchpatch"
+)
+
+// Change is a file of an isolated checkout that differs from its base
+// commit, committed in the sandbox or not.
+type Change struct {
+	// Path is relative to the project.
+	Path string
+	// From and To are the blob hashes (empty for an added or a deleted
+	// file) and FromMode and ToMode the git modes, e.g. 0100644.
+	From, To         string
+	FromMode, ToMode uint32
+}
+
+// DiffOptions selects what Diff reports.
+type DiffOptions struct {
+	// Paths narrows the diff to these files or directories, relative to
+	// the project (or absolute below it).
+	Paths []string
+	// Stat writes a summary (git's --stat) instead of the patch.
+	Stat bool
+}
+
+// changes compares the checkout with its base.
+func (w *work) changes(paths []string) ([]Change, map[string][2]entry, error) {
+	base, err := object.GetCommit(w.objects, plumbing.NewHash(w.iso.Base))
+	if err != nil {
+		return nil, nil, fmt.Errorf("base %s: %w", w.iso.Base, err)
+	}
+	was, err := treeFiles(w.objects, base)
+	if err != nil {
+		return nil, nil, err
+	}
+	pairs := map[string][2]entry{}
+	for p, e := range was {
+		if now, ok := w.files[p]; !ok || now.Hash != e.Hash || now.Mode != e.Mode {
+			pairs[p] = [2]entry{e, now}
+		}
+	}
+	for p, e := range w.files {
+		if _, ok := was[p]; !ok {
+			pairs[p] = [2]entry{{}, e}
+		}
+	}
+	var out []Change
+	for p, pr := range pairs {
+		if !underAny(p, paths) {
+			delete(pairs, p)
+			continue
+		}
+		c := Change{Path: p, FromMode: uint32(pr[0].Mode), ToMode: uint32(pr[1].Mode)}
+		if !pr[0].Hash.IsZero() {
+			c.From = pr[0].Hash.String()
+		}
+		if !pr[1].Hash.IsZero() {
+			c.To = pr[1].Hash.String()
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Change) int { return strings.Compare(a.Path, b.Path) })
+	return out, pairs, nil
+}
+
+// underAny reports whether p is one of paths or lies below one; every p
+// is, when paths is empty.
+func underAny(p string, paths []string) bool {
+	if len(paths) == 0 {
+		return true
+	}
+	for _, q := range paths {
+		if q == "." || p == q || strings.HasPrefix(p, q+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// projectPaths makes paths (relative to the project, or absolute below
+// it) clean and relative, refusing any outside the project.
+func (s *Sandbox) projectPaths(paths []string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		q := p
+		if path.IsAbs(q) {
+			if !within(s.rec.Config.Workspace, path.Clean(q)) && !within(s.rec.Isolate.Project, path.Clean(q)) {
+				return nil, fmt.Errorf("%s is outside the project %s", p, s.rec.Config.Workspace)
+			}
+			q = strings.TrimPrefix(strings.TrimPrefix(path.Clean(q), s.rec.Config.Workspace), s.rec.Isolate.Project)
+			q = strings.TrimPrefix(q, "/")
+			if q == "" {
+				q = "."
+			}
+		}
+		q = path.Clean(q)
+		if q == ".." || strings.HasPrefix(q, "../") {
+			return nil, fmt.Errorf("%s is outside the project %s", p, s.rec.Config.Workspace)
+		}
+		if q == ".git" || strings.HasPrefix(q, ".git/") {
+			return nil, fmt.Errorf("%s is the sandbox's repository, not the project's files", p)
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}
+
+// Changes lists the files of the sandbox's isolated checkout that differ
+// from its base commit, committed in the sandbox or not (untracked files
+// that .gitignore does not ignore count), below paths (all when empty).
+// The checkout is read as openWork says: nothing the guest wrote runs.
+func (s *Sandbox) Changes(ctx context.Context, paths ...string) (_ []Change, err error) {
+	defer recoverParse(s.name, &err)
+	w, err := s.openWork()
+	if err != nil {
+		return nil, err
+	}
+	defer w.close()
+	rel, err := s.projectPaths(paths)
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := w.changes(rel)
+	return out, err
+}
+
+// Diff writes the difference between the sandbox's base commit and its
+// isolated checkout now, as git diff does (a unified patch with a/ and b/
+// paths, or with opts.Stat a summary), for the files Changes lists.
+func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (err error) {
+	defer recoverParse(s.name, &err)
+	w, err := s.openWork()
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	rel, err := s.projectPaths(opts.Paths)
+	if err != nil {
+		return err
+	}
+	changes, pairs, err := w.changes(rel)
+	if err != nil {
+		return err
+	}
+	p := &patch{}
+	for _, c := range changes {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		pr := pairs[c.Path]
+		fp := &filePatch{}
+		var from, to []byte
+		if !pr[0].Hash.IsZero() {
+			fp.from = &patchFile{c.Path, pr[0]}
+			if from, err = w.blob(c.Path, pr[0]); err != nil {
+				return err
+			}
+		}
+		if !pr[1].Hash.IsZero() {
+			fp.to = &patchFile{c.Path, pr[1]}
+			if to, err = w.blob(c.Path, pr[1]); err != nil {
+				return err
+			}
+		}
+		if isBinary(from) || isBinary(to) {
+			fp.binary = true
+		} else {
+			for _, d := range diff.Do(string(from), string(to)) {
+				op := fdiff.Equal
+				switch d.Type {
+				case diffmatchpatch.DiffDelete:
+					op = fdiff.Delete
+				case diffmatchpatch.DiffInsert:
+					op = fdiff.Add
+				}
+				fp.chunks = append(fp.chunks, chunk{d.Text, op})
+			}
+		}
+		p.files = append(p.files, fp)
+	}
+	if opts.Stat {
+		return writeStat(out, p)
+	}
+	return fdiff.NewUnifiedEncoder(out, fdiff.DefaultContextLines).Encode(p)
+}
+
+func isBinary(b []byte) bool {
+	if len(b) > 8000 {
+		b = b[:8000]
+	}
+	return bytes.IndexByte(b, 0) >= 0
+}
+
+// writeStat writes git's --stat of p.
+func writeStat(out io.Writer, p *patch) error {
+	var b strings.Builder
+	adds, dels := 0, 0
+	width := 0
+	for _, f := range p.files {
+		width = max(width, len(f.path()))
+	}
+	for _, f := range p.files {
+		a, d := 0, 0
+		for _, c := range f.chunks {
+			n := strings.Count(c.text, "\n")
+			if !strings.HasSuffix(c.text, "\n") {
+				n++
+			}
+			switch c.op {
+			case fdiff.Add:
+				a += n
+			case fdiff.Delete:
+				d += n
+			}
+		}
+		adds, dels = adds+a, dels+d
+		if f.binary {
+			fmt.Fprintf(&b, " %-*s | Bin\n", width, f.path())
+			continue
+		}
+		fmt.Fprintf(&b, " %-*s | %d %s%s\n", width, f.path(), a+d, strings.Repeat("+", min(a, 40)), strings.Repeat("-", min(d, 40)))
+	}
+	if len(p.files) > 0 {
+		fmt.Fprintf(&b, " %d files changed, %d insertions(+), %d deletions(-)\n", len(p.files), adds, dels)
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
+}
+
+// patch is a fdiff.Patch of a checkout against its base.
+type patch struct{ files []*filePatch }
+
+func (p *patch) FilePatches() []fdiff.FilePatch {
+	out := make([]fdiff.FilePatch, len(p.files))
+	for i, f := range p.files {
+		out[i] = f
+	}
+	return out
+}
+func (p *patch) Message() string { return "" }
+
+type filePatch struct {
+	from, to *patchFile
+	binary   bool
+	chunks   []chunk
+}
+
+func (f *filePatch) path() string {
+	if f.to != nil {
+		return f.to.path
+	}
+	return f.from.path
+}
+
+func (f *filePatch) IsBinary() bool { return f.binary }
+func (f *filePatch) Files() (fdiff.File, fdiff.File) {
+	var from, to fdiff.File
+	if f.from != nil {
+		from = f.from
+	}
+	if f.to != nil {
+		to = f.to
+	}
+	return from, to
+}
+func (f *filePatch) Chunks() []fdiff.Chunk {
+	out := make([]fdiff.Chunk, len(f.chunks))
+	for i := range f.chunks {
+		out[i] = f.chunks[i]
+	}
+	return out
+}
+
+type patchFile struct {
+	path string
+	e    entry
+}
+
+func (f *patchFile) Hash() plumbing.Hash     { return f.e.Hash }
+func (f *patchFile) Mode() filemode.FileMode { return f.e.Mode }
+func (f *patchFile) Path() string            { return f.path }
+
+type chunk struct {
+	text string
+	op   fdiff.Operation
+}
+
+func (c chunk) Content() string       { return c.text }
+func (c chunk) Type() fdiff.Operation { return c.op }

@@ -1,0 +1,9 @@
+package hostapi
+
+import (
+	"syscall"
+	"time"
+)
+
+// statCtime is the inode change time of st.
+func statCtime(st *syscall.Stat_t) time.Time { return time.Unix(st.Ctimespec.Unix()) }
