@@ -724,8 +724,9 @@ func exchange(t *testing.T, v *VM, spec *Spec, sock, msg string) string {
 	for {
 		c, err := net.Dial("unix", short)
 		if err == nil {
-			c.Write([]byte(msg))
-			c.(*net.UnixConn).CloseWrite()
+			// A line, not a half-close: real libkrun ends the whole
+			// connection when the host shuts down its writing half.
+			c.Write([]byte(msg + "\n"))
 			reply, _ := io.ReadAll(c)
 			c.Close()
 			if len(reply) > 0 {

@@ -2,15 +2,17 @@
 // program that talks over vsock through guestagent/vmdev.
 //
 //	vsockprobe dial PORT MSG    connect to the host on PORT, send MSG, copy the reply to stdout
-//	vsockprobe serve PORT       accept one host connection on PORT, reply "guest:" + what it read
+//	vsockprobe serve PORT       accept one host connection on PORT, reply "guest:" + the line it read
 //	vsockprobe hello PORT       connect to the host on PORT and write one byte, then exit (benchmark)
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/krunbox/krunbox/guestagent/vmdev"
 )
@@ -54,11 +56,13 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		msg, err := io.ReadAll(c)
+		// One line, not up to EOF: real libkrun ends the whole connection
+		// when the host's end shuts down its writing half.
+		msg, err := bufio.NewReader(c).ReadString('\n')
 		if err != nil {
 			fail(err)
 		}
-		fmt.Fprintf(c, "guest:%s", msg)
+		fmt.Fprintf(c, "guest:%s", strings.TrimSuffix(msg, "\n"))
 		c.Close()
 	default:
 		fail(fmt.Errorf("unknown mode %q", os.Args[1]))
