@@ -14,14 +14,41 @@ import (
 // environment variable Name, the host Source its value is read from at
 // each start ("env:HOST_VAR" or "file:PATH"), and the Hosts it may be sent
 // to ("api.example.com", "*.example.com").
-type Secret = secrets.Spec
+type Secret struct {
+	Name   string   `json:"name"`
+	Source string   `json:"source"`
+	Hosts  []string `json:"hosts"`
+}
 
 // SecretHelp is the syntax ParseSecret reads, for usage messages.
-const SecretHelp = secrets.Help
+const SecretHelp = "NAME=env:HOST_VAR@host1,host2 or NAME=file:PATH@host1,host2 (a host may be *.domain)"
 
 // ParseSecret parses NAME=env:HOST_VAR@host1,host2 or
 // NAME=file:PATH@host1,host2, as "krunbox create --secret" takes it.
-func ParseSecret(s string) (Secret, error) { return secrets.Parse(s) }
+func ParseSecret(s string) (Secret, error) {
+	sp, err := secrets.Parse(s)
+	return Secret(sp), err
+}
+
+// String gives the secret as ParseSecret reads it (its source, never its
+// value).
+func (s Secret) String() string { return secrets.Spec(s).String() }
+
+// Check reads the secret's value from its source, as a start will, and
+// says why it cannot be read; the value is not returned.
+func (s Secret) Check() error {
+	_, err := secrets.Spec(s).Read()
+	return err
+}
+
+// specs converts the SDK's secrets to package secrets' own.
+func specs(in []Secret) []secrets.Spec {
+	out := make([]secrets.Spec, len(in))
+	for i, s := range in {
+		out[i] = secrets.Spec(s)
+	}
+	return out
+}
 
 // networkCarriesSecrets reports whether network n runs the host's network
 // stack with a policy, where the secrets' hosts are intercepted: public and
@@ -38,7 +65,7 @@ func (c *Config) validateSecrets() []error {
 		return nil
 	}
 	var errs []error
-	if err := secrets.ValidateAll(c.Secrets); err != nil {
+	if err := secrets.ValidateAll(specs(c.Secrets)); err != nil {
 		errs = append(errs, err)
 	}
 	if !networkCarriesSecrets(c.Network) {
@@ -70,11 +97,11 @@ func prepareSecrets(cfg *Config, mounts []Mount) (map[string]string, *secrets.CA
 	placeholders := map[string]string{}
 	var hosts []string
 	for i, s := range cfg.Secrets {
-		r, err := s.Resolve(shared)
+		r, err := secrets.Spec(s).Resolve(shared)
 		if err != nil {
 			return nil, nil, err
 		}
-		cfg.Secrets[i] = r
+		cfg.Secrets[i] = Secret(r)
 		placeholders[s.Name] = secrets.NewPlaceholder()
 		hosts = append(hosts, s.Hosts...)
 	}
@@ -95,10 +122,11 @@ func (s *Sandbox) placedSecrets() ([]secrets.Placed, error) {
 		if !secrets.ValidPlaceholder(ph) {
 			return nil, fmt.Errorf("secret %s has no placeholder in %s (recreate the sandbox)", sp.Name, recordFile)
 		}
-		if _, err := sp.Read(); err != nil {
+		spec := secrets.Spec(sp)
+		if _, err := spec.Read(); err != nil {
 			return nil, err
 		}
-		out = append(out, secrets.Placed{Spec: sp, Placeholder: ph})
+		out = append(out, secrets.Placed{Spec: spec, Placeholder: ph})
 	}
 	return out, nil
 }

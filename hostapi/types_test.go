@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/secrets"
 	"github.com/krunbox/krunbox/oci"
 )
 
@@ -18,6 +19,7 @@ func TestSDKValuesMatchTheLayersBelow(t *testing.T) {
 		{string(NetworkNone), string(vmm.NetworkNone)},
 		{string(NetworkPublic), string(vmm.NetworkPublic)},
 		{string(NetworkOpen), string(vmm.NetworkOpen)},
+		{SecretHelp, secrets.Help},
 		{LayerDownloading.String(), oci.LayerFetching.String()},
 	} {
 		if c.sdk != c.below {

@@ -218,7 +218,7 @@ func parseEnsure(raw json.RawMessage) (*ensureRequest, error) {
 		return nil, invalid("invalid sandbox configuration: %v", err)
 	}
 	for _, sec := range cfg.Secrets {
-		if _, err := sec.Read(); err != nil {
+		if err := sec.Check(); err != nil {
 			return nil, invalid("config.secrets: %v", err)
 		}
 	}

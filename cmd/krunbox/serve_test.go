@@ -514,7 +514,7 @@ func TestServeEnsureParams(t *testing.T) {
 		{"relative docker archive", ensure(map[string]any{"image": "docker-archive:./img.tar", "imageTrusted": true}), codeInvalidConfig},
 		{"secret without hosts", ensure(map[string]any{"network": "public", "secrets": []any{map[string]any{"name": "K", "source": "env:HOME"}}}), codeInvalidConfig},
 		{"secret with a relative file", ensure(map[string]any{"network": "public", "secrets": []any{map[string]any{"name": "K", "source": "file:tok", "hosts": []string{"a.example"}}}}), codeInvalidConfig},
-		{"secret under tsi", ensure(map[string]any{"secrets": []any{map[string]any{"name": "K", "source": "env:HOME", "hosts": []string{"a.example"}}}}), codeInvalidConfig},
+		{"secret under tsi", ensure(map[string]any{"network": "tsi", "secrets": []any{map[string]any{"name": "K", "source": "env:HOME", "hosts": []string{"a.example"}}}}), codeInvalidConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
