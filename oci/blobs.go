@@ -329,7 +329,7 @@ type chunkPipe struct {
 	verify func(v1.Hash) error // set before the first send
 }
 
-const pipeChunks = 8
+const pipeChunks = 16
 
 func newChunkPipe() *chunkPipe {
 	return &chunkPipe{ch: make(chan []byte, pipeChunks), free: make(chan []byte, pipeChunks+2), h: sha256.New()}

@@ -415,7 +415,9 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 	}
 	for i := range specs {
 		start(i)
-		start(i + 1) // decompress the next layer while this one is applied
+		for j := 1; j <= lookahead; j++ {
+			start(i + j) // decompress the next layers while this one is applied
+		}
 		report(i, LayerApplying, 0)
 		err := a.ApplyLayer(ctx, pipes[i])
 		if err == nil {
@@ -440,6 +442,12 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 	}
 	return a.Stats(), nil
 }
+
+// lookahead is how many layers beyond the one being applied are
+// decompressed at once, each at most pipeChunks ahead of its reader: with
+// the applier, enough to keep two cores busy, in at most (lookahead+1) *
+// pipeChunks MiB of memory.
+const lookahead = 2
 
 // LimitsError reports an image beyond the store's Limits.
 type LimitsError struct{ *flatten.LimitError }
