@@ -115,7 +115,12 @@ func (b *blobFetch) fetch(ctx context.Context, s *Store, sp layerSpec, report fu
 	buf := make([]byte, chunkSize)
 	var total, reported int64
 	for {
-		n, rerr := rc.Read(buf)
+		// Fill the buffer before writing: a network read returns a few
+		// KiB, and each write wakes the reader.
+		n, rerr := io.ReadFull(rc, buf)
+		if rerr == io.ErrUnexpectedEOF {
+			rerr = io.EOF
+		}
 		if n > 0 {
 			if _, err := tmp.Write(buf[:n]); err != nil {
 				return &BlobError{Digest: d, Err: err}
