@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -202,6 +204,22 @@ func benchColdPull(b *testing.B, img v1.Image) {
 	b.ReportMetric(tk.Seconds()/tf.Seconds(), "krunbox/floor")
 	b.ReportMetric(float64(size)/1e6, "MB-content")
 	b.ReportMetric(float64(comp)/1e6, "MB-gzip")
+	b.ReportMetric(loadAvg(), "loadavg")
+}
+
+// loadAvg is the host's load average over the last 5 minutes (0 when
+// unknown): on a shared host, the figures mean little without it.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[1], 64)
+	return v
 }
 
 // treeBytes is the content size of the regular files of the flattened tar
