@@ -190,6 +190,10 @@ type layerSpec struct {
 	// open streams the compressed blob from the image's source; nil when
 	// only the cache may be used.
 	open func() (io.ReadCloser, error)
+	// verified says open's stream itself fails at its end unless the blob
+	// has the descriptor's size and digest (go-containerregistry's
+	// registry layers do), so the download need not hash it again.
+	verified bool
 }
 
 func cachedLayers(rec *Image) []layerSpec {
@@ -242,7 +246,7 @@ func (s *Store) install(ctx context.Context, name string, f *fetched, o pullOpti
 			return fail(fmt.Errorf("layer %s has media type %s, which is not a supported layer type", d.Digest, d.MediaType))
 		}
 		rec.Size += d.Size
-		specs[i] = layerSpec{desc: d, diffID: cf.RootFS.DiffIDs[i], open: func() (io.ReadCloser, error) {
+		specs[i] = layerSpec{desc: d, diffID: cf.RootFS.DiffIDs[i], verified: f.remote, open: func() (io.ReadCloser, error) {
 			l, err := f.img.LayerByDigest(d.Digest)
 			if err != nil {
 				return nil, err
