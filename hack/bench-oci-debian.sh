@@ -18,7 +18,10 @@ if [ -e "$dir/done" ]; then
 	exit 0
 fi
 rm -rf "$dir"
-mkdir -p "$dir/debs"
+# 0700: the packages' set-user-ID programs must not be reachable by others.
+mkdir -p "$(dirname "$dir")"
+mkdir -m 0700 "$dir"
+mkdir "$dir/debs"
 for i in "${!layers[@]}"; do
 	l="$dir/layer$((i + 1))"
 	mkdir -p "$l"
