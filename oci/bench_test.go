@@ -1,7 +1,6 @@
 package oci_test
 
 import (
-	"archive/tar"
 	"io"
 	"os"
 	"os/exec"
@@ -189,9 +188,6 @@ func benchColdPull(b *testing.B, img v1.Image) {
 			m.took = append(m.took, time.Since(start))
 		}
 	}
-	if size == 0 { // the CLI ran, not the library: size the tree by hand
-		size = treeBytes(b, flat)
-	}
 	tk, tc, tf := median(krunbox.took), median(crane.took), median(floor.took)
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(tk.Seconds(), "krunbox-s")
@@ -220,30 +216,6 @@ func loadAvg() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[1], 64)
 	return v
-}
-
-// treeBytes is the content size of the regular files of the flattened tar
-// flat.
-func treeBytes(b *testing.B, flat string) int64 {
-	f, err := os.Open(flat)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	var n int64
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return n
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		if h.Typeflag == tar.TypeReg {
-			n += h.Size
-		}
-	}
 }
 
 // median returns the median of ds.
