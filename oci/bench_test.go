@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +34,26 @@ func benchImage(b *testing.B) (v1.Image, error) {
 	return benchImg, benchErr
 }
 
+// debianImage is the image of real content: the layer directories that
+// hack/bench-oci-debian.sh prepares in $KRUNBOX_BENCH_DEBIAN (Debian
+// packages unpacked with dpkg -x). It skips without them.
+func debianImage(b *testing.B) v1.Image {
+	dir := os.Getenv("KRUNBOX_BENCH_DEBIAN")
+	if dir == "" {
+		b.Skip("KRUNBOX_BENCH_DEBIAN not set (make bench-oci prepares it with hack/bench-oci-debian.sh)")
+	}
+	dirs, err := filepath.Glob(filepath.Join(dir, "layer*"))
+	if err != nil || len(dirs) == 0 {
+		b.Fatalf("no layer directories in %s (hack/bench-oci-debian.sh): %v", dir, err)
+	}
+	slices.Sort(dirs)
+	img, err := testimage.FromDirs(dirs...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return img
+}
+
 // benchDir is a fresh directory on the file system of the cache (tests'
 // TempDir), never one just emptied (see docs/oci.md §4.3).
 func benchDir(b *testing.B, name string) string {
@@ -50,17 +72,36 @@ func tarExtract(b *testing.B, r io.Reader, dir string) {
 	}
 }
 
-// BenchmarkColdPull measures, in the same run, a cold pull + flatten by
-// krunbox, `crane export | tar -x` (go-containerregistry's crane.Export,
-// which is mutate.Extract for multi-layer images, piped into GNU tar) and
-// `tar -x` of the already flattened tar (the floor). Each iteration runs
-// the three into fresh directories, each in turn first and after a sync;
-// the figures are medians.
+// BenchmarkColdPull measures, in the same run and on two images (the
+// synthetic one and one of real content, Debian packages), a cold pull +
+// flatten by krunbox against `crane export | tar -x` and against `tar -x`
+// of the already flattened tar (the floor). Each iteration runs every
+// method into fresh directories, each in turn first and after a sync; the
+// figures are medians.
+//
+// With $KRUNBOX_BIN (the CLI) and $KRUNBOX_BENCH_CRANE (crane, built from
+// go-containerregistry), krunbox and crane run as processes, as a user runs
+// them: `krunbox pull` into an empty KRUNBOX_HOME and `crane export REF - |
+// tar -x`; the in-process pull (oci.Open + Store.Pull) is measured too, as
+// krunbox-lib. Without them, both run in process.
 func BenchmarkColdPull(b *testing.B) {
-	img, err := benchImage(b)
-	if err != nil {
-		b.Fatal(err)
-	}
+	b.Run("synthetic", func(b *testing.B) {
+		img, err := benchImage(b)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchColdPull(b, img)
+	})
+	b.Run("debian", func(b *testing.B) { benchColdPull(b, debianImage(b)) })
+}
+
+type benchMethod struct {
+	name string
+	run  func()
+	took []time.Duration
+}
+
+func benchColdPull(b *testing.B, img v1.Image) {
 	ref := testimage.Serve(b, img)
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -84,39 +125,53 @@ func BenchmarkColdPull(b *testing.B) {
 	}
 
 	var size int64
-	methods := []struct {
-		name string
-		run  func()
-		took []time.Duration
-	}{
-		{name: "krunbox", run: func() {
-			s, err := oci.Open(benchDir(b, "krunbox"))
-			if err != nil {
-				b.Fatal(err)
+	lib := benchMethod{name: "krunbox-lib", run: func() {
+		s, err := oci.Open(benchDir(b, "krunbox"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		got, err := s.Pull(b.Context(), ref)
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = got.UnpackedSize
+	}}
+	krunbox := benchMethod{name: "krunbox", run: lib.run}
+	crane := benchMethod{name: "crane", run: func() {
+		rimg, err := remote.Image(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(exportCrane(rimg, pw)) }()
+		tarExtract(b, pr, benchDir(b, "crane"))
+	}}
+	floor := benchMethod{name: "floor", run: func() {
+		ff, err := os.Open(flat)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ff.Close()
+		tarExtract(b, ff, benchDir(b, "floor"))
+	}}
+	methods := []*benchMethod{&krunbox, &crane, &floor}
+	bin, craneBin := os.Getenv("KRUNBOX_BIN"), os.Getenv("KRUNBOX_BENCH_CRANE")
+	if bin != "" && craneBin != "" {
+		krunbox.run = func() {
+			cmd := exec.Command(bin, "pull", ref)
+			cmd.Env = append(os.Environ(), "KRUNBOX_HOME="+benchDir(b, "home"))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("krunbox pull: %v\n%s", err, out)
 			}
-			got, err := s.Pull(b.Context(), ref)
-			if err != nil {
-				b.Fatal(err)
+		}
+		crane.run = func() {
+			cmd := exec.Command("sh", "-c", `"$0" export "$1" - | tar -x -C "$2"`, craneBin, ref, benchDir(b, "crane"))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("crane export | tar -x: %v\n%s", err, out)
 			}
-			size = got.UnpackedSize
-		}},
-		{name: "crane", run: func() {
-			rimg, err := remote.Image(r)
-			if err != nil {
-				b.Fatal(err)
-			}
-			pr, pw := io.Pipe()
-			go func() { pw.CloseWithError(exportCrane(rimg, pw)) }()
-			tarExtract(b, pr, benchDir(b, "crane"))
-		}},
-		{name: "floor", run: func() {
-			ff, err := os.Open(flat)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ff.Close()
-			tarExtract(b, ff, benchDir(b, "floor"))
-		}},
+		}
+		methods = append(methods, &lib)
+		b.Logf("processes: %s pull, %s export | tar -x", bin, craneBin)
 	}
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
@@ -124,7 +179,7 @@ func BenchmarkColdPull(b *testing.B) {
 		// left by the one before: the writeback of 200 MB would otherwise
 		// land on whoever comes next.
 		for j := range methods {
-			m := &methods[(i+j)%len(methods)]
+			m := methods[(i+j)%len(methods)]
 			b.StopTimer()
 			unix.Sync()
 			b.StartTimer()
@@ -133,15 +188,34 @@ func BenchmarkColdPull(b *testing.B) {
 			m.took = append(m.took, time.Since(start))
 		}
 	}
-	tk, tc, tf := median(methods[0].took), median(methods[1].took), median(methods[2].took)
+	tk, tc, tf := median(krunbox.took), median(crane.took), median(floor.took)
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(tk.Seconds(), "krunbox-s")
 	b.ReportMetric(tc.Seconds(), "crane-s")
 	b.ReportMetric(tf.Seconds(), "floor-s")
+	if len(lib.took) > 0 {
+		b.ReportMetric(median(lib.took).Seconds(), "krunbox-lib-s")
+	}
 	b.ReportMetric(tk.Seconds()/tc.Seconds(), "krunbox/crane")
 	b.ReportMetric(tk.Seconds()/tf.Seconds(), "krunbox/floor")
 	b.ReportMetric(float64(size)/1e6, "MB-content")
 	b.ReportMetric(float64(comp)/1e6, "MB-gzip")
+	b.ReportMetric(loadAvg(), "loadavg")
+}
+
+// loadAvg is the host's load average over the last 5 minutes (0 when
+// unknown): on a shared host, the figures mean little without it.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[1], 64)
+	return v
 }
 
 // median returns the median of ds.

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"sync"
@@ -123,12 +124,19 @@ func (b *blobFetch) fetch(ctx context.Context, s *Store, sp layerSpec, report fu
 	buf := make([]byte, chunkSize)
 	var total, reported int64
 	for {
-		n, rerr := rc.Read(buf)
+		// Fill the buffer before writing: a network read returns a few
+		// KiB, and each write wakes the reader.
+		n, rerr := io.ReadFull(rc, buf)
+		if rerr == io.ErrUnexpectedEOF {
+			rerr = io.EOF
+		}
 		if n > 0 {
 			if _, err := tmp.Write(buf[:n]); err != nil {
 				return &BlobError{Digest: d, Err: err}
 			}
-			h.Write(buf[:n])
+			if !sp.verified {
+				h.Write(buf[:n])
+			}
 			total += int64(n)
 			b.mu.Lock()
 			b.n = total
@@ -153,9 +161,13 @@ func (b *blobFetch) fetch(ctx context.Context, s *Store, sp layerSpec, report fu
 			return &BlobError{Digest: d, Err: fmt.Errorf("the registry sent more than the %d bytes the manifest says", b.desc.Size)}
 		}
 	}
-	got := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
-	if total != b.desc.Size || got != d {
-		return &BlobError{Digest: d, Err: fmt.Errorf("corrupt: got %d bytes with digest %s, want %d bytes", total, got, b.desc.Size)}
+	if total != b.desc.Size {
+		return &BlobError{Digest: d, Err: fmt.Errorf("corrupt: got %d bytes, want %d", total, b.desc.Size)}
+	}
+	if !sp.verified {
+		if got := (v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}); got != d {
+			return &BlobError{Digest: d, Err: fmt.Errorf("corrupt: got content with digest %s", got)}
+		}
 	}
 	if err := os.Rename(tmp.Name(), s.blobPath(d)); err != nil {
 		return &BlobError{Digest: d, Err: err}
@@ -203,22 +215,39 @@ func (r *fetchReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// decompress streams the layer blob through its decompressor into pipe,
-// verifying the uncompressed digest (diff_id) at the end.
+// decompress streams the layer blob through its decompressor into pipe.
+// The reader of the pipe hashes what it takes, so that the hash of the
+// uncompressed content (the diff_id) does not slow the decompressor down;
+// it checks the digest at the end of the stream.
 func decompress(ctx context.Context, s *Store, b *blobFetch, sp layerSpec, pipe *chunkPipe) {
+	pipe.verify = func(got v1.Hash) error {
+		if got == sp.diffID {
+			return nil
+		}
+		return s.blobFailed(b, sp, &DiffIDError{Layer: sp.desc.Digest, DiffID: sp.diffID, Got: got})
+	}
 	err := decompressTo(ctx, b, sp, pipe)
-	if err != nil && !b.isCached() {
+	if err != nil {
+		err = s.blobFailed(b, sp, err)
+	}
+	pipe.finish(err)
+}
+
+// blobFailed returns the error to report for a layer whose content failed
+// with err.
+func (s *Store) blobFailed(b *blobFetch, sp layerSpec, err error) error {
+	if !b.isCached() {
 		// Damaged data may reach the decompressor before the download
 		// ends and its digest check names the problem: prefer that.
 		<-b.ended
 		if b.err != nil {
-			err = b.err
+			return b.err
 		}
 	}
 	if err != nil && b.isCached() && !errors.Is(err, context.Canceled) {
 		err = s.dropDamaged(sp.desc, err)
 	}
-	pipe.finish(err)
+	return err
 }
 
 // dropDamaged checks the cached blob of desc after err stopped its reading:
@@ -293,18 +322,16 @@ func decompressTo(ctx context.Context, b *blobFetch, sp layerSpec, pipe *chunkPi
 		defer zr.Close()
 		r = zr
 	}
-	h := sha256.New()
 	for {
 		buf := pipe.buffer()
 		n, rerr := io.ReadFull(r, buf)
 		if n > 0 {
-			h.Write(buf[:n])
 			if err := pipe.send(ctx, buf[:n]); err != nil {
 				return err
 			}
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
+			return nil
 		}
 		if rerr != nil {
 			var be *BlobError
@@ -314,28 +341,26 @@ func decompressTo(ctx context.Context, b *blobFetch, sp layerSpec, pipe *chunkPi
 			return &BlobError{Digest: sp.desc.Digest, Err: fmt.Errorf("decompress: %w", rerr)}
 		}
 	}
-	got := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
-	if got != sp.diffID {
-		return &DiffIDError{Layer: sp.desc.Digest, DiffID: sp.diffID, Got: got}
-	}
-	return nil
 }
 
 // chunkPipe carries a decompressed layer from its decompressor to the
 // applier in 1 MiB chunks, with a few chunks of slack so that both run at
-// once.
+// once. Its reader hashes the stream and, at its end, has verify check the
+// digest.
 type chunkPipe struct {
-	ch   chan []byte
-	free chan []byte
-	err  error // set before ch is closed
-	cur  []byte
-	off  int
+	ch     chan []byte
+	free   chan []byte
+	err    error // set before ch is closed
+	cur    []byte
+	off    int
+	h      hash.Hash
+	verify func(v1.Hash) error // set before the first send
 }
 
-const pipeChunks = 8
+const pipeChunks = 16
 
 func newChunkPipe() *chunkPipe {
-	return &chunkPipe{ch: make(chan []byte, pipeChunks), free: make(chan []byte, pipeChunks+2)}
+	return &chunkPipe{ch: make(chan []byte, pipeChunks), free: make(chan []byte, pipeChunks+2), h: sha256.New()}
 }
 
 func (p *chunkPipe) buffer() []byte {
@@ -389,11 +414,16 @@ func (p *chunkPipe) Read(b []byte) (int, error) {
 		}
 		c, ok := <-p.ch
 		if !ok {
+			if p.err == nil && p.verify != nil {
+				p.err = p.verify(v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(p.h.Sum(nil))})
+				p.verify = nil
+			}
 			if p.err != nil {
 				return 0, p.err
 			}
 			return 0, io.EOF
 		}
+		p.h.Write(c)
 		p.cur, p.off = c, 0
 	}
 	n := copy(b, p.cur[p.off:])

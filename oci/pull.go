@@ -211,6 +211,10 @@ type layerSpec struct {
 	open func() (io.ReadCloser, error)
 	// local is set when open reads a local source rather than a registry.
 	local bool
+	// verified says open's stream itself fails at its end unless the blob
+	// has the descriptor's size and digest (go-containerregistry's
+	// registry layers do), so the download need not hash it again.
+	verified bool
 }
 
 func cachedLayers(rec *Image) []layerSpec {
@@ -263,7 +267,7 @@ func (s *Store) install(ctx context.Context, name string, f *fetched, o pullOpti
 			return fail(fmt.Errorf("layer %s has media type %s, which is not a supported layer type", d.Digest, d.MediaType))
 		}
 		rec.Size += d.Size
-		specs[i] = layerSpec{desc: d, diffID: cf.RootFS.DiffIDs[i], local: !f.remote, open: func() (io.ReadCloser, error) {
+		specs[i] = layerSpec{desc: d, diffID: cf.RootFS.DiffIDs[i], local: !f.remote, verified: f.remote, open: func() (io.ReadCloser, error) {
 			l, err := f.img.LayerByDigest(d.Digest)
 			if err != nil {
 				return nil, err
@@ -436,7 +440,9 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 	}
 	for i := range specs {
 		start(i)
-		start(i + 1) // decompress the next layer while this one is applied
+		for j := 1; j <= lookahead; j++ {
+			start(i + j) // decompress the next layers while this one is applied
+		}
 		// A layer is said to be applying only once its fetch has said
 		// where its bytes come from (downloading, or cached).
 		select {
@@ -472,6 +478,12 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 	}
 	return a.Stats(), nil
 }
+
+// lookahead is how many layers beyond the one being applied are
+// decompressed at once, each at most pipeChunks ahead of its reader: with
+// the applier, enough to keep two cores busy, in at most (lookahead+1) *
+// pipeChunks MiB of memory.
+const lookahead = 2
 
 // LimitsError reports an image beyond the store's Limits.
 type LimitsError struct{ *flatten.LimitError }

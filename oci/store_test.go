@@ -367,6 +367,35 @@ func TestPullCorruptAndInterruptedBlobs(t *testing.T) {
 	}
 }
 
+// TestPullCorruptLayoutBlob pulls from an OCI layout whose layer blob has
+// the right size but not the right content: a source that, unlike a
+// registry, does not verify what it hands out, so the download's own digest
+// check must catch it.
+func TestPullCorruptLayoutBlob(t *testing.T) {
+	img := rulesImage(t, "")
+	layers, _ := img.Layers()
+	bad, _ := layers[1].Digest()
+	layoutDir := testimage.WriteLayout(t, filepath.Join(t.TempDir(), "layout"), "v1", img)
+	blob := filepath.Join(layoutDir, "blobs", bad.Algorithm, bad.Hex)
+	b, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(blob, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t)
+	_, err = s.Pull(t.Context(), "oci:"+layoutDir+":v1")
+	if err == nil || !strings.Contains(err.Error(), bad.String()) || !strings.Contains(err.Error(), "corrupt: got content with digest") {
+		t.Fatalf("pull: %v, want an error naming blob %s as corrupt", err, bad)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir(), "blobs", "sha256", bad.Hex)); !os.IsNotExist(err) {
+		t.Errorf("the bad blob is in the cache: %v", err)
+	}
+	checkClean(t, s, false)
+}
+
 // TestPullDiffIDMismatch pulls an image whose config lists a wrong diff_id
 // for a layer: the pull fails naming the layer and both digests, leaves
 // nothing half-made, and keeps the (valid) layer blob, so that pulling

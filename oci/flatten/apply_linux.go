@@ -507,11 +507,12 @@ func (a *Applier) file(pfd int, base string, hdr *tar.Header, tr *tar.Reader) er
 			return fmt.Errorf("read: %w", rerr)
 		}
 	}
-	chowned, err := a.chown(func(uid, gid int) error { return unix.Fchown(fd, uid, gid) }, hdr)
-	if err != nil {
+	if err := a.chown(func(uid, gid int) error { return unix.Fchown(fd, uid, gid) }, hdr); err != nil {
 		return err
 	}
-	if chowned || perm&^0o777 != 0 || perm&a.umask != 0 {
+	// The mode given to openat holds unless the umask took bits from it;
+	// set-id bits it cannot carry, and a chown would clear them anyway.
+	if perm&^0o777 != 0 || perm&a.umask != 0 {
 		if err := unix.Fchmod(fd, perm); err != nil {
 			return fmt.Errorf("chmod: %w", err)
 		}
@@ -545,7 +546,7 @@ func (a *Applier) symlink(pfd int, base string, hdr *tar.Header) error {
 	if err != nil {
 		return fmt.Errorf("symlink: %w", err)
 	}
-	if _, err := a.chown(func(uid, gid int) error {
+	if err := a.chown(func(uid, gid int) error {
 		return unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
 	}, hdr); err != nil {
 		return err
@@ -583,7 +584,7 @@ func (a *Applier) fifo(pfd int, base string, hdr *tar.Header) error {
 	if err != nil {
 		return fmt.Errorf("mkfifo: %w", err)
 	}
-	if _, err := a.chown(func(uid, gid int) error { return unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW) }, hdr); err != nil {
+	if err := a.chown(func(uid, gid int) error { return unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW) }, hdr); err != nil {
 		return err
 	}
 	if err := unix.Fchmodat(pfd, base, perm, 0); err != nil {
@@ -610,15 +611,15 @@ func (a *Applier) diskMode(hdr *tar.Header, dir bool) uint32 {
 }
 
 // chown applies the entry's owner in rootful mode, when it differs from the
-// owner a new file gets anyway. It reports whether it changed anything.
-func (a *Applier) chown(fn func(uid, gid int) error, hdr *tar.Header) (bool, error) {
+// owner a new file gets anyway.
+func (a *Applier) chown(fn func(uid, gid int) error, hdr *tar.Header) error {
 	if a.opts.Rootless || (hdr.Uid == a.euid && hdr.Gid == a.egid) {
-		return false, nil
+		return nil
 	}
 	if err := fn(hdr.Uid, hdr.Gid); err != nil {
-		return false, fmt.Errorf("chown %d:%d: %w (run as root, or flatten rootless)", hdr.Uid, hdr.Gid, err)
+		return fmt.Errorf("chown %d:%d: %w (run as root, or flatten rootless)", hdr.Uid, hdr.Gid, err)
 	}
-	return true, nil
+	return nil
 }
 
 // xattrs applies the entry's extended attributes to fd and, in rootless
@@ -725,7 +726,7 @@ func (a *Applier) dirMeta(pfd int, base string, hdr *tar.Header) error {
 		return err
 	}
 	defer unix.Close(fd)
-	if _, err := a.chown(func(uid, gid int) error { return unix.Fchown(fd, uid, gid) }, hdr); err != nil {
+	if err := a.chown(func(uid, gid int) error { return unix.Fchown(fd, uid, gid) }, hdr); err != nil {
 		return err
 	}
 	if err := unix.Fchmod(fd, a.diskMode(hdr, true)); err != nil {
