@@ -127,7 +127,7 @@ func fetchManifest(ctx context.Context, repo *remote.Repository, reference strin
 	}
 	raw, err := content.ReadAll(rc, desc)
 	if err != nil {
-		return ocispec.Descriptor{}, nil, fmt.Errorf("manifest %s: %w", desc.Digest, err)
+		return ocispec.Descriptor{}, nil, fmt.Errorf("manifest %s: the registry sent other content: %w", desc.Digest, err)
 	}
 	return desc, raw, nil
 }
@@ -236,7 +236,7 @@ func (r *remoteImage) RawConfigFile() ([]byte, error) {
 		defer rc.Close()
 		r.config, r.configErr = content.ReadAll(rc, desc)
 		if r.configErr != nil {
-			r.configErr = fmt.Errorf("config %s: %w", d.Digest, r.configErr)
+			r.configErr = fmt.Errorf("config %s: the registry sent other content: %w", d.Digest, r.configErr)
 		}
 	})
 	return r.config, r.configErr
