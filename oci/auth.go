@@ -21,20 +21,13 @@ type CredentialFunc func(ctx context.Context, key string) (auth.Credential, erro
 // ~/.docker/config.json, and its credential helpers) first, then podman's
 // auth files ($REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json,
 // ~/.config/containers/auth.json), even when a docker config also exists.
-// The files are read again at each call.
+// The files are read again at each call; a file that does not exist holds
+// no credentials.
 func DefaultCredentials(ctx context.Context, key string) (auth.Credential, error) {
-	docker, err := credentials.NewStoreFromDocker(credentials.StoreOptions{})
-	if err != nil {
-		return auth.EmptyCredential, fmt.Errorf("read docker credentials: %w", err)
-	}
-	cred, err := docker.Get(ctx, key)
-	if err != nil || cred != auth.EmptyCredential {
-		return cred, err
-	}
-	for _, path := range podmanAuthFiles() {
+	for _, path := range authFiles() {
 		st, err := credentials.NewStore(path, credentials.StoreOptions{})
 		if err != nil {
-			return auth.EmptyCredential, fmt.Errorf("read podman credentials: %w", err)
+			return auth.EmptyCredential, fmt.Errorf("read registry credentials: %w", err)
 		}
 		cred, err := st.Get(ctx, key)
 		if err != nil || cred != auth.EmptyCredential {
@@ -42,6 +35,18 @@ func DefaultCredentials(ctx context.Context, key string) (auth.Credential, error
 		}
 	}
 	return auth.EmptyCredential, nil
+}
+
+// authFiles are the files DefaultCredentials reads, in order: docker's
+// config, then podman's auth files (in docker's format).
+func authFiles() []string {
+	var files []string
+	if d := os.Getenv("DOCKER_CONFIG"); d != "" {
+		files = append(files, filepath.Join(d, "config.json"))
+	} else if home, err := os.UserHomeDir(); err == nil {
+		files = append(files, filepath.Join(home, ".docker", "config.json"))
+	}
+	return append(files, podmanAuthFiles()...)
 }
 
 // podmanAuthFiles are podman's auth files, which use docker's format, in
