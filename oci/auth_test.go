@@ -130,3 +130,75 @@ func TestPullWithCredentialFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestPullWithBearerToken pulls from a registry that hands out bearer
+// tokens from a token endpoint, as Docker Hub and ghcr.io do: with the
+// user's credentials the token endpoint gives a token and the pull works;
+// without them it refuses, and the pull fails with the login hint.
+func TestPullWithBearerToken(t *testing.T) {
+	const user, pass, token = "krunbox", "s3cret", "tok3n"
+	var locked atomic.Bool
+	var host string
+	reg := testimage.NewRegistry(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			unauthorized := func() {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				w.Write([]byte(`{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`))
+			}
+			switch {
+			case r.URL.Path == "/token":
+				if u, p, ok := r.BasicAuth(); !ok || u != user || p != pass {
+					unauthorized()
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.Write([]byte(`{"token":"` + token + `"}`))
+			case locked.Load() && r.Header.Get("Authorization") != "Bearer "+token:
+				w.Header().Set("WWW-Authenticate", `Bearer realm="http://`+host+`/token",service="test",scope="repository:private/img:pull"`)
+				unauthorized()
+			default:
+				h.ServeHTTP(w, r)
+			}
+		})
+	})
+	host = reg.Host
+	img := testimage.Image(t, "", testimage.Config{}, testimage.Layer(t, testimage.File("secret-image", "yes", 0o644)))
+	ref := reg.Push(t, "private/img", "v1", img)
+	locked.Store(true)
+
+	for _, tt := range []struct {
+		name    string
+		config  string
+		wantErr bool
+	}{
+		{name: "credentials", config: `{"auths": {"` + reg.Host + `": {"auth": "` + base64.StdEncoding.EncodeToString([]byte(user+":"+pass)) + `"}}}`},
+		{name: "no credentials", config: `{}`, wantErr: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("DOCKER_CONFIG", dir)
+			t.Setenv("HOME", dir)
+			t.Setenv("REGISTRY_AUTH_FILE", "")
+			t.Setenv("XDG_RUNTIME_DIR", "")
+			t.Setenv("XDG_CONFIG_HOME", "")
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(tt.config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := openStore(t).Pull(t.Context(), ref)
+			if tt.wantErr {
+				var re *oci.RegistryError
+				if !errors.As(err, &re) || !strings.Contains(err.Error(), "UNAUTHORIZED") || !strings.Contains(re.Hint(), "docker login "+reg.Host) {
+					t.Fatalf("pull: %v, want an UNAUTHORIZED RegistryError with the login hint", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("pull: %v", err)
+			}
+			if b, err := os.ReadFile(filepath.Join(got.Rootfs, "secret-image")); err != nil || string(b) != "yes" {
+				t.Errorf("pulled tree: %q, %v", b, err)
+			}
+		})
+	}
+}
