@@ -16,8 +16,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -221,27 +219,7 @@ type fetched struct {
 func (s *Store) fetch(ctx context.Context, src source, platform v1.Platform) (*fetched, error) {
 	switch src.kind {
 	case registrySource:
-		opts := append(s.remoteOptions(ctx), remote.WithPlatform(platform))
-		desc, err := remote.Get(src.ref, opts...)
-		if err != nil {
-			return nil, &RegistryError{Ref: src.name, Registry: src.ref.Context().RegistryStr(), Err: err}
-		}
-		if desc.MediaType.IsIndex() {
-			idx, err := desc.ImageIndex()
-			if err != nil {
-				return nil, fmt.Errorf("pull %s: %w", src.name, err)
-			}
-			f, err := pickFromIndex(idx, platform, src.name)
-			if f != nil {
-				f.remote = true
-			}
-			return f, err
-		}
-		img, err := desc.Image()
-		if err != nil {
-			return nil, fmt.Errorf("pull %s: %w", src.name, err)
-		}
-		return checkPlatform(img, desc.Digest, platform, src.name, true)
+		return s.fetchRegistry(ctx, src, platform)
 	case layoutSource:
 		idx, err := layout.ImageIndexFromPath(src.path)
 		if err != nil {
@@ -309,11 +287,10 @@ func (e *RegistryError) Unwrap() error { return e.Err }
 // Hint tells the user what to do when the registry refused access or could
 // not be reached; it is empty for other failures.
 func (e *RegistryError) Hint() string {
-	var te *transport.Error
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
 	switch {
-	case errors.As(e.Err, &te) && (te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden):
+	case httpStatus(e.Err) == http.StatusUnauthorized || httpStatus(e.Err) == http.StatusForbidden:
 		login := "login " + e.Registry
 		if e.Registry == name.DefaultRegistry {
 			login = "login docker.io"
@@ -481,8 +458,9 @@ func isSupportedLayer(mt types.MediaType) bool {
 }
 
 // loopbackOnlyHTTP refuses plain-HTTP requests to anything but a loopback
-// address: go-containerregistry would also fall back to HTTP for private
-// (RFC 1918) and .local registries, which a network attacker could force.
+// address, whatever the registry client decides: a redirect to http://, or
+// a fallback to HTTP for private (RFC 1918) and .local registries, would
+// let a network attacker in.
 type loopbackOnlyHTTP struct{ next http.RoundTripper }
 
 func (t loopbackOnlyHTTP) RoundTrip(req *http.Request) (*http.Response, error) {

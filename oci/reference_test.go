@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"oras.land/oras-go/v2/registry/remote/errcode"
 
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 )
@@ -135,13 +135,13 @@ func TestRegistryErrorHint(t *testing.T) {
 		err      error
 		want     string // "" for no hint
 	}{
-		{"401", "ghcr.io", &transport.Error{StatusCode: http.StatusUnauthorized}, "log in with 'docker login ghcr.io' or 'podman login ghcr.io'"},
-		{"403", "ghcr.io", fmt.Errorf("get: %w", &transport.Error{StatusCode: http.StatusForbidden}), "docker login ghcr.io"},
-		{"401 from Docker Hub", name.DefaultRegistry, &transport.Error{StatusCode: http.StatusUnauthorized}, "'docker login docker.io'"},
+		{"401", "ghcr.io", &errcode.ErrorResponse{StatusCode: http.StatusUnauthorized}, "log in with 'docker login ghcr.io' or 'podman login ghcr.io'"},
+		{"403", "ghcr.io", fmt.Errorf("get: %w", &errcode.ErrorResponse{StatusCode: http.StatusForbidden}), "docker login ghcr.io"},
+		{"401 from Docker Hub", name.DefaultRegistry, &errcode.ErrorResponse{StatusCode: http.StatusUnauthorized}, "'docker login docker.io'"},
 		{"unknown host", "nosuch.example", dns, "check the registry name (nosuch.example) and the network; an image already in the cache needs no network: use --pull never"},
 		{"connection refused", "127.0.0.1:1", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, "check the registry name (127.0.0.1:1)"},
 		{"cancelled", "ghcr.io", &net.OpError{Op: "dial", Net: "tcp", Err: context.Canceled}, ""},
-		{"404", "ghcr.io", &transport.Error{StatusCode: http.StatusNotFound}, ""},
+		{"404", "ghcr.io", &errcode.ErrorResponse{StatusCode: http.StatusNotFound}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,9 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/krunbox/krunbox/oci/flatten"
 )
@@ -38,12 +36,12 @@ type Store struct {
 }
 
 type options struct {
-	rootless  bool
-	limits    Limits
-	keychain  authn.Keychain
-	transport http.RoundTripper
-	jobs      int
-	sync      bool
+	rootless    bool
+	limits      Limits
+	credentials CredentialFunc
+	transport   http.RoundTripper
+	jobs        int
+	sync        bool
 }
 
 // Limits bounds what one image may unpack to; zero fields take the
@@ -64,9 +62,9 @@ func WithRootless(rootless bool) Option { return func(o *options) { o.rootless =
 // WithLimits bounds the size and entry count of images.
 func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
 
-// WithKeychain sets where registry credentials come from (default
-// DefaultKeychain).
-func WithKeychain(k authn.Keychain) Option { return func(o *options) { o.keychain = k } }
+// WithCredentials sets where registry credentials come from (default
+// DefaultCredentials; nil for none).
+func WithCredentials(fn CredentialFunc) Option { return func(o *options) { o.credentials = fn } }
 
 // WithTransport sets the HTTP transport for registries.
 func WithTransport(t http.RoundTripper) Option { return func(o *options) { o.transport = t } }
@@ -83,7 +81,7 @@ func WithSync(sync bool) Option { return func(o *options) { o.sync = sync } }
 // Open opens (creating it if needed) the image store in dir, typically
 // hostapi.DefaultDirs().Cache.
 func Open(dir string, opts ...Option) (*Store, error) {
-	o := options{rootless: os.Geteuid() != 0, keychain: DefaultKeychain, transport: remote.DefaultTransport, jobs: 4}
+	o := options{rootless: os.Geteuid() != 0, credentials: DefaultCredentials, transport: http.DefaultTransport, jobs: 4}
 	for _, fn := range opts {
 		fn(&o)
 	}
@@ -116,16 +114,6 @@ func (s *Store) path(elem ...string) string {
 func (s *Store) blobPath(h v1.Hash) string { return s.path("blobs", h.Algorithm, h.Hex) }
 
 func (s *Store) treeDir(h v1.Hash) string { return s.path("rootfs", h.Hex) }
-
-func (s *Store) remoteOptions(ctx context.Context) []remote.Option {
-	return []remote.Option{
-		remote.WithContext(ctx),
-		remote.WithAuthFromKeychain(s.opts.keychain),
-		remote.WithTransport(loopbackOnlyHTTP{next: s.opts.transport}),
-		remote.WithUserAgent("krunbox"),
-		remote.WithJobs(s.opts.jobs),
-	}
-}
 
 // HostPlatform is the platform images are pulled for by default: linux on
 // the host's architecture.
