@@ -195,7 +195,7 @@ func (r *remoteIndex) ImageIndex(h v1.Hash) (v1.ImageIndex, error) {
 
 // remoteImage is the core of an image in a registry: partial completes it
 // into a v1.Image. Its config is fetched once, when first asked for; its
-// layers are streamed unverified, for the blob cache verifies them.
+// layers are streamed, each verified by its stream's end (verifyingStream).
 type remoteImage struct {
 	ctx       context.Context
 	repo      *remote.Repository
@@ -261,11 +261,32 @@ func (l *remoteLayer) Digest() (v1.Hash, error)            { return l.desc.Diges
 func (l *remoteLayer) Size() (int64, error)                { return l.desc.Size, nil }
 func (l *remoteLayer) MediaType() (types.MediaType, error) { return l.desc.MediaType, nil }
 
-// Compressed streams the blob; the caller verifies its size and digest.
+// Compressed streams the blob, cut at its size; its last read fails
+// unless the blob had the descriptor's size and digest (the blob cache
+// relies on it: layerSpec.verified).
 func (l *remoteLayer) Compressed() (io.ReadCloser, error) {
 	desc := ocispec.Descriptor{MediaType: string(l.desc.MediaType), Digest: digest.Digest(l.desc.Digest.String()), Size: l.desc.Size}
 	rc, err := l.img.repo.Blobs().Fetch(l.img.ctx, desc)
-	return rc, responseError(err)
+	if err != nil {
+		return nil, responseError(err)
+	}
+	return &verifyingStream{vr: content.NewVerifyReader(rc, desc), Closer: rc}, nil
+}
+
+// verifyingStream is a blob's stream whose end is its verification.
+type verifyingStream struct {
+	vr *content.VerifyReader
+	io.Closer
+}
+
+func (v *verifyingStream) Read(p []byte) (int, error) {
+	n, err := v.vr.Read(p)
+	if err == io.EOF {
+		if verr := v.vr.Verify(); verr != nil {
+			return n, fmt.Errorf("the registry's blob does not match its descriptor: %w", verr)
+		}
+	}
+	return n, err
 }
 
 // statusError is a registry's refusal, described as users of docker and
