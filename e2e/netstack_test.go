@@ -89,7 +89,9 @@ func newNetWorld(t *testing.T, e *env) *netWorld {
 			pc.WriteTo(b, from)
 		}
 	}()
-	e.extra = append(e.extra, "KRUNBOX_TEST_NET_DNS="+pc.LocalAddr().String(), "KRUNBOX_TEST_NET_LOOPBACK=1")
+	// The stack's scenarios run under public unless they say otherwise
+	// (tsi is krunbox's default for now).
+	e.extra = append(e.extra, "KRUNBOX_TEST_NET_DNS="+pc.LocalAddr().String(), "KRUNBOX_TEST_NET_LOOPBACK=1", "KRUNBOX_NETWORK=public")
 	return w
 }
 
@@ -108,10 +110,10 @@ func testNetStack(t *testing.T, e *env) {
 	w.setName("private.test", "10.0.0.5")
 	pub := "http://198.51.100.2:" + w.public.port + "/"
 
-	// public, the default: the internet (by address and by name) but no
-	// private address, not even through a name.
-	if r := e.krunbox("run", "--rm", image, "--", "wget", "-q", "-O", "-", "http://ok.test:"+w.public.port+"/"); r.code != 0 || r.stdout != "pong" {
-		t.Fatalf("public (default) by name: %s", r)
+	// public: the internet (by address and by name) but no private
+	// address, not even through a name.
+	if r := wget(e, "public", "http://ok.test:"+w.public.port+"/"); r.code != 0 || r.stdout != "pong" {
+		t.Fatalf("public by name: %s", r)
 	}
 	if r := wget(e, "public", "http://private.test:"+w.public.port+"/"); r.code == 0 {
 		t.Errorf("public: a name resolving to 10.0.0.5 was reached: %s", r)
@@ -146,7 +148,7 @@ func testNetStack(t *testing.T, e *env) {
 		t.Errorf("none: %s", r)
 	}
 	// The guest's interface, as the agent set it up.
-	r := e.krunbox("run", "--rm", image, "--", "sh", "-c", "ip -o addr show eth0 | grep -c 'inet 192.168.127.2/24\\|inet6 fd7b:6b62:6f78::2/64'; ip route | grep -c default; grep -c nameserver /etc/resolv.conf")
+	r := e.krunbox("run", "--rm", "--net", "public", image, "--", "sh", "-c", "ip -o addr show eth0 | grep -c 'inet 192.168.127.2/24\\|inet6 fd7b:6b62:6f78::2/64'; ip route | grep -c default; grep -c nameserver /etc/resolv.conf")
 	if r.code != 0 || r.stdout != "2\n1\n1\n" {
 		t.Errorf("the guest's eth0: want an IPv4 and an IPv6 address, a default route and a name server: %s", r)
 	}
@@ -198,7 +200,7 @@ func testNetRefusalsAndRules(t *testing.T, e *env) {
 	checkKrunboxError(t, e.krunbox("run", "--net", "allow=*.com", image, "true"), "wildcard")
 	// A libkrun without virtio-net: the stack's modes say so; tsi runs.
 	e.extra = append(e.extra, "TESTKRUN_NO_NET=1")
-	checkKrunboxError(t, e.krunbox("run", "--rm", image, "true"), "no virtio-net")
+	checkKrunboxError(t, e.krunbox("run", "--rm", "--net", "public", image, "true"), "no virtio-net")
 	if r := e.krunbox("run", "--rm", "--net", "tsi", image, "true"); r.code != 0 {
 		t.Errorf("tsi without NET: %s", r)
 	}
@@ -311,13 +313,13 @@ func testNetProtocols(t *testing.T, e *env) {
 }
 
 // testNetHost runs on the double and on real VMs alike (no test hook): a
-// server on the host's loopback is out of reach under public, the default,
+// server on the host's loopback is out of reach under public,
 // and reached through the gateway under open; the guest's eth0 is set up.
 func testNetHost(t *testing.T, e *env) {
 	e.pull()
 	local := serveHits(t, "127.0.0.1:0")
 	host := "http://192.168.127.1:" + local.port + "/"
-	r := e.krunbox("run", "--rm", image, "--", "sh", "-c", "ip -o addr show eth0 | grep -c 'inet 192.168.127.2/24\\|inet6 fd7b:6b62:6f78::2/64'; ip route | grep -c default; grep -c nameserver /etc/resolv.conf; wget -q -O - "+host+" || echo refused")
+	r := e.krunbox("run", "--rm", "--net", "public", image, "--", "sh", "-c", "ip -o addr show eth0 | grep -c 'inet 192.168.127.2/24\\|inet6 fd7b:6b62:6f78::2/64'; ip route | grep -c default; grep -c nameserver /etc/resolv.conf; wget -q -O - "+host+" || echo refused")
 	if r.code != 0 || r.stdout != "2\n1\n1\nrefused\n" || local.hits.Load() != 0 {
 		t.Errorf("public: want eth0 set up and the host's loopback out of reach: %s", r)
 	}

@@ -15,15 +15,16 @@ import (
 	"github.com/krunbox/krunbox/oci"
 )
 
-// Network selects a sandbox's network: NetworkPublic (the default: the
-// internet through krunbox's userspace network stack, no private,
-// loopback, link-local, multicast or host address), "allow=RULE,..." (only
+// Network selects a sandbox's network: NetworkPublic (the internet
+// through krunbox's userspace network stack, no private, loopback,
+// link-local, multicast or host address), "allow=RULE,..." (only
 // what the rules name: host names, *.domain wildcards, IPs, CIDRs, each
 // optionally with :PORT), NetworkOpen (everything through the stack, the
 // host's loopback at the gateway address included), NetworkTSI (the host's
 // network identity through libkrun's transparent socket impersonation;
-// guest listeners become host listeners) or NetworkNone (only loopback).
-// The stack's modes need a libkrun built with its NET feature.
+// guest listeners become host listeners; the default, see Config.Network)
+// or NetworkNone (only loopback). The stack's modes need a libkrun built
+// with its NET feature.
 type Network string
 
 // Networks.
@@ -89,7 +90,9 @@ type Config struct {
 	// means the image's.
 	User string `json:"user,omitempty"`
 	// Network is the sandbox's network (see [Network]); empty means
-	// NetworkPublic.
+	// NetworkTSI. (NetworkPublic is to become the default once it starts
+	// as reliably as TSI on real libkrun: in nested real VMs, starts with
+	// its virtio-net device stalled, 2026-12-01.)
 	Network Network `json:"network,omitempty"`
 	// Ports publishes guest ports on the host, on 127.0.0.1 unless a
 	// mapping names its host address (not possible under TSI).
@@ -136,7 +139,7 @@ func (c Config) withDefaults() Config {
 		c.MemoryMiB = DefaultMemoryMiB
 	}
 	if c.Network == "" {
-		c.Network = NetworkPublic
+		c.Network = NetworkTSI
 	}
 	if c.Root == "" {
 		c.Root = RootAuto

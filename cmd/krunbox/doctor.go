@@ -259,12 +259,12 @@ func doctorLibkrun(c *checkList, r *vmm.ProbeReport, err error) {
 	}
 	switch {
 	case r.Features["net"]:
-		c.ok("network", "virtio-net (NET): networks public (the default), allow= and open can start")
+		c.ok("network", "virtio-net (NET): networks public, allow= and open can start")
 	case r.Features == nil:
-		c.bad(false, "network", errors.New("this libkrun cannot say whether it has virtio-net (NET): networks public (the default), allow= and open may fail to start"),
+		c.bad(false, "network", errors.New("this libkrun cannot say whether it has virtio-net (NET): networks public, allow= and open may fail to start"),
 			"install libkrun 1.19 built with NET=1 (the release bundle's is), or use --net tsi or none")
 	default:
-		c.bad(false, "network", errors.New("this libkrun has no virtio-net (it was built without NET): networks public (the default), allow= and open cannot start"),
+		c.bad(false, "network", errors.New("this libkrun has no virtio-net (it was built without NET): networks public, allow= and open cannot start"),
 			"install libkrun built with NET=1 (the release bundle's is), or use --net tsi or none (config network)")
 	}
 

@@ -47,8 +47,11 @@ gotest() {
 
 echo "=== L1: group $GROUP ($KIND): $TESTS"
 # L1's free memory every 10 s, for the diagnosis of VMs that died (an OOM kill)
+# and its busiest processes every 5 s, for one that spins
 (while :; do echo "$(date +%T) $(free -m | awk '/^Mem:/ { print "used " $3 " free " $4 " available " $7 " MiB" }')"; sleep 10; done) >$O/logs/memory.log 2>&1 &
 sampler=$!
+(while :; do date +%T; top -b -n 1 | sed -n '4,12p'; sleep 5; done) >$O/logs/top.log 2>&1 &
+sampler="$sampler $!"
 case $KIND in
 e2e)
 	export KRUNBOX_BIN=$P/krunbox KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_LIBKRUN=real \
@@ -184,7 +187,7 @@ dist)
 esac
 # L1's kernel log: an OOM kill, a hung task or a KVM error explains a test that failed
 dmesg >$O/logs/dmesg.log 2>&1
-kill $sampler
+kill $sampler 2>/dev/null
 code=0
 grep -q -v '^\(PASS\|SKIP\) ' $O/results && code=1
 # the host tells a hang of L1 (no exit-code came back) from a failure by this file

@@ -714,6 +714,11 @@ static void *relay(void *arg)
 			int from = pf[i].fd, to = i ? pr.a : pr.b;
 			ssize_t n = read(from, buf, sizeof(buf));
 			if (n <= 0) {
+				/* As libkrun 1.19's vsock muxer: the host's end shutting
+				 * down its writing half ends the whole connection; the
+				 * guest's passes on as a half-close. */
+				if (from != pr.guest)
+					goto out;
 				shutdown(to, SHUT_WR);
 				pf[i].fd = -1;
 				open_dirs--;
