@@ -5,11 +5,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
-	"golang.org/x/net/dns/dnsmessage"
+	"github.com/krunbox/krunbox/internal/testutil/dnstest"
 )
 
 // netWorld is what the network scenarios reach: HTTP servers on the host's
@@ -20,8 +19,7 @@ import (
 type netWorld struct {
 	public  *hitServer // 127.0.0.2, seen by the guest as 198.51.100.2
 	private *hitServer // 127.0.0.3, reached by its real address only
-	mu      sync.Mutex
-	names   map[string][]string
+	dns     *dnstest.Server
 }
 
 type hitServer struct {
@@ -44,54 +42,13 @@ func serveHits(t *testing.T, addr string) *hitServer {
 	return h
 }
 
-func (w *netWorld) setName(name string, addrs ...string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.names[name] = addrs
-}
+func (w *netWorld) setName(name string, addrs ...string) { w.dns.Set(name, addrs...) }
 
 func newNetWorld(t *testing.T, e *env) *netWorld {
-	w := &netWorld{public: serveHits(t, "127.0.0.2:0"), private: serveHits(t, "127.0.0.3:0"), names: map[string][]string{}}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			var m dnsmessage.Message
-			if m.Unpack(buf[:n]) != nil || len(m.Questions) != 1 {
-				continue
-			}
-			q := m.Questions[0]
-			m.Response = true
-			w.mu.Lock()
-			addrs, ok := w.names[strings.TrimSuffix(q.Name.String(), ".")]
-			w.mu.Unlock()
-			if !ok {
-				m.RCode = dnsmessage.RCodeNameError
-			}
-			for _, a := range addrs {
-				ip := net.ParseIP(a)
-				h := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 1}
-				if ip4 := ip.To4(); ip4 != nil && q.Type == dnsmessage.TypeA {
-					m.Answers = append(m.Answers, dnsmessage.Resource{Header: h, Body: &dnsmessage.AResource{A: [4]byte(ip4)}})
-				} else if ip4 == nil && q.Type == dnsmessage.TypeAAAA {
-					m.Answers = append(m.Answers, dnsmessage.Resource{Header: h, Body: &dnsmessage.AAAAResource{AAAA: [16]byte(ip)}})
-				}
-			}
-			b, _ := m.Pack()
-			pc.WriteTo(b, from)
-		}
-	}()
+	w := &netWorld{public: serveHits(t, "127.0.0.2:0"), private: serveHits(t, "127.0.0.3:0"), dns: dnstest.Start(t)}
 	// The stack's scenarios run under public unless they say otherwise
 	// (tsi is krunbox's default for now).
-	e.extra = append(e.extra, "KRUNBOX_TEST_NET_DNS="+pc.LocalAddr().String(), "KRUNBOX_TEST_NET_LOOPBACK=1", "KRUNBOX_NETWORK=public")
+	e.extra = append(e.extra, "KRUNBOX_TEST_NET_DNS="+w.dns.Addr, "KRUNBOX_TEST_NET_LOOPBACK=1", "KRUNBOX_NETWORK=public")
 	return w
 }
 

@@ -25,6 +25,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
 	"github.com/krunbox/krunbox/internal/netpolicy"
+	"github.com/krunbox/krunbox/internal/testutil/dnstest"
 )
 
 // testNet is a stack under test and a "guest": a second gvisor stack on
@@ -34,7 +35,7 @@ type testNet struct {
 	guest *stack.Stack
 	mu    sync.Mutex
 	refs  []Refusal
-	dns   map[string][]netip.Addr // answers of the upstream test DNS server
+	dns   *dnstest.Server // the upstream test DNS server
 }
 
 // testPublic is the range that stands for the internet in these tests: it
@@ -55,8 +56,8 @@ func newTestNet(t testing.TB, spec string, ic Interceptor) *testNet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := &testNet{dns: map[string][]netip.Addr{}}
-	dnsAddr := tn.serveUpstreamDNS(t)
+	tn := &testNet{dns: dnstest.Start(t)}
+	dnsAddr := tn.dns.Addr
 	hc, gc := socketPair(t)
 	tn.st, err = Start(hc, Config{
 		Policy:      netpolicy.New(sp, netpolicy.Options{Public: []netip.Prefix{testPublic}}),
@@ -165,56 +166,7 @@ func (tn *testNet) lookup(t *testing.T, name string) (dnsmessage.RCode, []netip.
 	return m.RCode, addrs
 }
 
-// serveUpstreamDNS serves tn.dns on 127.0.0.1 (UDP), as a test's resolver.
-func (tn *testNet) serveUpstreamDNS(t testing.TB) string {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			var m dnsmessage.Message
-			if m.Unpack(buf[:n]) != nil || len(m.Questions) != 1 {
-				continue
-			}
-			q := m.Questions[0]
-			m.Response, m.Authoritative = true, true
-			tn.mu.Lock()
-			addrs, ok := tn.dns[strings.TrimSuffix(q.Name.String(), ".")]
-			tn.mu.Unlock()
-			if !ok {
-				m.RCode = dnsmessage.RCodeNameError
-			}
-			for _, a := range addrs {
-				h := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 1}
-				if a.Is4() && q.Type == dnsmessage.TypeA {
-					m.Answers = append(m.Answers, dnsmessage.Resource{Header: h, Body: &dnsmessage.AResource{A: a.As4()}})
-				}
-				if a.Is6() && q.Type == dnsmessage.TypeAAAA {
-					m.Answers = append(m.Answers, dnsmessage.Resource{Header: h, Body: &dnsmessage.AAAAResource{AAAA: a.As16()}})
-				}
-			}
-			b, _ := m.Pack()
-			pc.WriteTo(b, from)
-		}
-	}()
-	return pc.LocalAddr().String()
-}
-
-func (tn *testNet) setDNS(name string, addrs ...string) {
-	tn.mu.Lock()
-	defer tn.mu.Unlock()
-	tn.dns[name] = nil
-	for _, a := range addrs {
-		tn.dns[name] = append(tn.dns[name], netip.MustParseAddr(a))
-	}
-}
+func (tn *testNet) setDNS(name string, addrs ...string) { tn.dns.Set(name, addrs...) }
 
 func (tn *testNet) refusals() []Refusal {
 	tn.mu.Lock()
