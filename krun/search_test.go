@@ -108,6 +108,9 @@ func TestSearchOrder(t *testing.T) {
 					}
 					krunfwWithSoname(t, filepath.Dir(p))
 				case "junk":
+					if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+						t.Fatal(err)
+					}
 					if err := os.WriteFile(p, []byte("libkrunfw.so.5.5.0\n"), 0o644); err != nil {
 						t.Fatal(err)
 					}
