@@ -150,7 +150,7 @@ HANG_BOOTS=${HANG_BOOTS:-3}
 REALVM_BUDGET=${REALVM_BUDGET:-1800}
 
 declare -a summary
-failed=0 passed=0 skipped=0 vmexit0=0 infra=0
+failed=0 passed=0 skipped=0 vmexit0=0 infra=0 retried=0
 t_all=$(date +%s)
 # the list is read whole first: editing it during a run changes nothing of the run
 mapfile -t lines <"${GROUPS_FILE:-$HERE/groups}"
@@ -190,6 +190,7 @@ for line in "${lines[@]}"; do
 		PASS) passed=$((passed + 1)) ;;
 		SKIP) skipped=$((skipped + 1)) ;;
 		VMEXIT0) vmexit0=$((vmexit0 + 1)) ;;
+		RETRIED) retried=$((retried + 1)) ;;
 		*) failed=$((failed + 1)) ;;
 		esac
 	done < <(sed "s/^\(\S*\) pi\//\1 /" "$out/results" 2>/dev/null || true)
@@ -213,6 +214,7 @@ for line in "${lines[@]}"; do
 		while read -r st name _; do
 			case $st in PASS | SKIP) continue ;; esac
 			log=$out/logs/$(echo "${name#pi/}" | tr / _).log
+			[ "$st" = RETRIED ] && log=$log.timeout # its first run's
 			[ "$kind" = pi ] && log=$out/logs/pi.log
 			[ "$kind" = bench ] && log=$out/logs/${name%%:*}.log
 			[ -f "$log" ] && { echo "--- $st $kind/$name: tail of $log" >&2; tail -40 "$log" >&2; }
@@ -229,7 +231,7 @@ fi
 echo
 echo "=== realvm summary ($TIER tier: tests run on real libkrun microVMs in nested L1 VMs, $(($(date +%s) - t_all))s)"
 printf '%s\n' "${summary[@]}"
-echo "=== realvm: $passed passed, $failed failed or hung, $skipped skipped, $vmexit0 failed by a VM start ending \"stopped (exit code 0)\" (VMEXIT0), $infra group(s) not run or wedged (INFRA)"
+echo "=== realvm: $passed passed, $failed failed or hung, $skipped skipped, $retried passed on a second run after hitting their deadline (RETRIED), $vmexit0 failed by a VM start ending \"stopped (exit code 0)\" (VMEXIT0), $infra group(s) not run or wedged (INFRA)"
 # VMEXIT0: a test that failed because a VM start ended "stopped (exit code 0)", empty
 # console, before its agent answered: a known failure of starts in nested VMs whose cause
 # is not found yet (hack/realvm/README.md). The ci tier, which gates every CI run, lets
@@ -240,6 +242,18 @@ if [ "$vmexit0" != 0 ]; then
 		echo "=== realvm: WARNING: $vmexit0 test(s) failed only by the known nested-VM start failure (VMEXIT0, at most ${MAX_VMEXIT0:-3} tolerated in the ci tier)"
 	else
 		failed=$((failed + vmexit0))
+	fi
+fi
+# RETRIED: a test that hit its deadline and passed when run again (l1-run.sh): nested
+# VMs stall now and then, a VM start or a command in it never finishing (pi's bash tool,
+# GitReadOnly's exec, 2026-12-01). The ci tier counts it as passed, loudly; the full and
+# bench tiers as failed.
+if [ "$retried" != 0 ]; then
+	if [ "$TIER" = ci ]; then
+		passed=$((passed + retried))
+		echo "=== realvm: WARNING: $retried test(s) hit their deadline once and passed when run again (RETRIED above; the first run's log is printed above)"
+	else
+		failed=$((failed + retried))
 	fi
 fi
 if [ "$infra" != 0 ]; then
