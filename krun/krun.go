@@ -596,11 +596,24 @@ func (c *Context) DisableImplicitVsock() error {
 // on a libkrun built without its net feature.
 var ErrNoNet = errors.New("this libkrun has no virtio-net (it was built without its NET feature): use network tsi or none, or a libkrun built with NET=1")
 
+// Virtio-net feature bits for [Context.AddNetUnixstream] (libkrun.h's
+// NET_FEATURE_*: the device offers the guest these and nothing more).
+const (
+	// NetFeatureGuestCSUM: the guest accepts frames with partial checksums.
+	NetFeatureGuestCSUM uint32 = 1 << 1
+	// NetFeatureGuestTSO4: the guest accepts IPv4 TCP segments of up to
+	// 64 KiB (its driver then posts 64 KiB receive buffers).
+	NetFeatureGuestTSO4 uint32 = 1 << 7
+	// NetFeatureGuestTSO6: the same for IPv6.
+	NetFeatureGuestTSO6 uint32 = 1 << 8
+)
+
 // AddNetUnixstream adds a virtio-net device (the guest's eth0, eth1, ...
 // in the order added) whose frames libkrun exchanges over the connected
 // stream socket fd, each preceded by its length (32-bit big-endian), as
 // passt does. mac is the guest interface's address; features are virtio-net
-// feature bits (0: none, plain 1500-byte frames). Adding one turns libkrun's
+// feature bits (NetFeature*; 0: none, and the guest's driver then receives
+// frames of 1518 bytes at most). Adding one turns libkrun's
 // implicit TSI off. libkrun takes fd over.
 func (c *Context) AddNetUnixstream(fd int, mac [6]byte, features uint32) error {
 	const fn = "krun_add_net_unixstream"

@@ -91,6 +91,8 @@ type dump struct {
 	PortMap  []string `json:"port_map"`
 	Vsock    string   `json:"vsock"`
 	TSI      uint32   `json:"tsi_features"`
+	Net      bool     `json:"net"`
+	NetFeats uint32   `json:"net_features"`
 	Shares   []struct {
 		Tag      string `json:"tag"`
 		Path     string `json:"path"`
@@ -374,7 +376,7 @@ func TestFeatures(t *testing.T) {
 
 func TestAddNetUnixstream(t *testing.T) {
 	lib := openDouble(t)
-	add := func() (*Context, error) {
+	add := func(features uint32) (*Context, error) {
 		c, err := lib.NewContext()
 		if err != nil {
 			t.Fatal(err)
@@ -385,9 +387,10 @@ func TestAddNetUnixstream(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { syscall.Close(fds[0]); syscall.Close(fds[1]) })
-		return c, c.AddNetUnixstream(fds[1], [6]byte{0x5a, 0x94, 0xef, 0xe4, 0x0c, 0xee}, 0)
+		return c, c.AddNetUnixstream(fds[1], [6]byte{0x5a, 0x94, 0xef, 0xe4, 0x0c, 0xee}, features)
 	}
-	c, err := add()
+	const features = NetFeatureGuestCSUM | NetFeatureGuestTSO4 | NetFeatureGuestTSO6
+	c, err := add(features)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,8 +399,15 @@ func TestAddNetUnixstream(t *testing.T) {
 	if err := c.SetPortMap([]string{"8080:80"}); !errors.As(err, &ke) || ke.Errno != syscall.EINVAL {
 		t.Errorf("SetPortMap after a net device: %v, want EINVAL", err)
 	}
+	if d := freeAndDump(t, c); !d.Net || d.NetFeats != features {
+		t.Errorf("the double got net %v, features %#x; want a device with %#x", d.Net, d.NetFeats, features)
+	}
+	// libkrun 1.19 refuses a feature bit it does not know (NET_ALL_FEATURES).
+	if _, err := add(1 << 3); !errors.As(err, &ke) || ke.Errno != syscall.EINVAL {
+		t.Errorf("AddNetUnixstream with an unknown feature: %v, want EINVAL", err)
+	}
 	t.Setenv("TESTKRUN_NO_NET", "1")
-	if _, err := add(); !errors.Is(err, ErrNoNet) {
+	if _, err := add(0); !errors.Is(err, ErrNoNet) {
 		t.Errorf("AddNetUnixstream on a libkrun without NET: %v, want ErrNoNet", err)
 	}
 }

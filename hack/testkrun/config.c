@@ -248,8 +248,8 @@ void tk_dump(const struct tk_ctx *c, const char *event)
 	fputs(",\"port_map\":", f);
 	json_strv(f, c->port_map);
 	static const char *vsock_names[] = {"implicit", "disabled", "explicit"};
-	fprintf(f, ",\"vsock\":\"%s\",\"tsi_features\":%" PRIu32 ",\"net\":%s,\n\"shares\":[", vsock_names[c->vsock],
-		c->tsi_features, c->has_net ? "true" : "false");
+	fprintf(f, ",\"vsock\":\"%s\",\"tsi_features\":%" PRIu32 ",\"net\":%s,\"net_features\":%" PRIu32 ",\n\"shares\":[",
+		vsock_names[c->vsock], c->tsi_features, c->has_net ? "true" : "false", c->net_features);
 	for (size_t i = 0; i < c->nshares; i++) {
 		fputs(i ? ",{\"tag\":" : "{\"tag\":", f);
 		json_str(f, c->shares[i].tag);
@@ -703,8 +703,10 @@ invalid:
 KRUN_EXPORT int32_t krun_add_net_unixstream(uint32_t ctx_id, const char *path, int fd, uint8_t *const mac,
 					    uint32_t features, uint32_t flags)
 {
-	(void)features;
-	if ((path == NULL) == (fd < 0) || flags & ~2u)
+	/* NET_ALL_FEATURES: CSUM, GUEST_CSUM, GUEST_TSO4, GUEST_TSO6,
+	 * GUEST_UFO, HOST_TSO4, HOST_TSO6, HOST_UFO; others are -EINVAL. */
+	const uint32_t all = 1u << 0 | 1u << 1 | 1u << 7 | 1u << 8 | 1u << 10 | 1u << 11 | 1u << 12 | 1u << 14;
+	if ((path == NULL) == (fd < 0) || flags & ~2u || features & ~all)
 		return -EINVAL;
 	if (path && !valid_utf8(path))
 		return -EINVAL;
@@ -716,6 +718,7 @@ KRUN_EXPORT int32_t krun_add_net_unixstream(uint32_t ctx_id, const char *path, i
 			c->net_fd = fd;
 			c->net_path = path ? strdup(path) : NULL;
 			memcpy(c->net_mac, mac, 6); /* libkrun reads 6 bytes, NULL crashes */
+			c->net_features = features;
 		}
 	});
 }

@@ -73,6 +73,7 @@ struct tk_ctx {
 	int net_fd;     /* the caller's socket, or -1 with net_path */
 	char *net_path; /* a socket to connect to at start, or NULL */
 	uint8_t net_mac[6];
+	uint32_t net_features; /* NET_FEATURE_* bits */
 };
 
 /* config.c */

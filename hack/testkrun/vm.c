@@ -601,7 +601,23 @@ static void guest_init(struct plan *p)
  * big-endian), as libkrun's unixstream backend (passt's framing) does. */
 struct net_link {
 	int tap, sock;
+	size_t max_rx; /* the largest frame the guest's driver receives */
 };
+
+/* libkrun's MAX_BUFFER_SIZE (65562) less its 12-byte virtio_net_hdr: the
+ * largest frame its unixstream backend carries. */
+#define NET_MAX_FRAME 65550
+
+/* The largest frame a Linux guest's virtio_net driver takes with these
+ * features: with guest TSO (or UFO) it posts "big packets" buffers of
+ * MAX_SKB_FRAGS+1 pages, more than libkrun carries; otherwise buffers of
+ * GOOD_PACKET_LEN (1518), and libkrun drops a larger frame
+ * (DescriptorChainTooSmall). */
+static size_t net_max_rx(uint32_t features)
+{
+	const uint32_t guest_gso = 1u << 7 | 1u << 8 | 1u << 10; /* GUEST_TSO4, GUEST_TSO6, GUEST_UFO */
+	return features & guest_gso ? NET_MAX_FRAME : 1518;
+}
 
 static bool full_io(int fd, char *buf, size_t n, bool rd)
 {
@@ -653,11 +669,14 @@ static void *net_to_tap(void *arg)
 			uint32_t len;
 			memcpy(&len, buf + off, 4);
 			len = ntohl(len);
-			if (len > 65536)
-				return NULL;
+			if (len > NET_MAX_FRAME)
+				return NULL; /* libkrun's VMM would panic; the link ends */
 			if (have - off - 4 < len)
 				break;
-			(void)!write(l->tap, buf + off + 4, len); /* a frame the TAP refuses is dropped */
+			/* A frame the guest's buffers cannot hold, or the TAP
+			 * refuses, is dropped. */
+			if (len <= l->max_rx)
+				(void)!write(l->tap, buf + off + 4, len);
 			off += 4 + len;
 		}
 		memmove(buf, buf + off, have - off);
@@ -672,6 +691,7 @@ static void start_net(struct tk_ctx *c, int tap)
 	struct net_link *l = calloc(1, sizeof(*l));
 	l->tap = tap;
 	l->sock = c->net_fd;
+	l->max_rx = net_max_rx(c->net_features);
 	start_thread(net_to_sock, l);
 	start_thread(net_to_tap, l);
 }
