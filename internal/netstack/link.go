@@ -20,8 +20,10 @@ import (
 const maxFrame = MTU + 18
 
 // outQueue is how many frames the stack may queue for the guest (at most
-// about 12 MiB); a full queue drops frames, which TCP then resends slowly.
-const outQueue = 8192
+// 64 MiB of MTU-sized frames); a full queue drops frames, which TCP then
+// resends slowly. One connection's send buffer (8 MiB at most) is 128
+// such frames.
+const outQueue = 1024
 
 // streamLink carries Ethernet frames between the stack and a stream socket
 // in the framing of libkrun's krun_add_net_unixstream (passt's and qemu's
@@ -50,14 +52,18 @@ func (l *streamLink) readLoop() error {
 		if n > maxFrame || n < header.EthernetMinimumSize {
 			return fmt.Errorf("read a frame from the guest: bad length %d", n)
 		}
-		frame := make([]byte, n)
-		if _, err := io.ReadFull(r, frame); err != nil {
+		// Read straight into a pooled view that the packet then owns: no
+		// copy of a frame of up to 64 KiB.
+		v := buffer.NewViewSize(int(n))
+		if _, err := io.ReadFull(r, v.AsSlice()); err != nil {
+			v.Release()
 			return fmt.Errorf("read a frame from the guest: %w", err)
 		}
-		if dropInbound(frame) {
+		if dropInbound(v.AsSlice()) {
+			v.Release()
 			continue
 		}
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(frame)})
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
 		l.ch.InjectInbound(0, pkt)
 		pkt.DecRef()
 	}

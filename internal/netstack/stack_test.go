@@ -1,6 +1,7 @@
 package netstack
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -525,4 +526,85 @@ func TestRefusedNameIsPrintable(t *testing.T) {
 			t.Errorf("printable(%q) = %s, want %s", in, got, want)
 		}
 	}
+}
+
+// TestBigFrames: with the link's MTU of 65520, a TCP stream crosses it in
+// frames of up to 64 KiB both ways, over IPv4 and IPv6, and a UDP datagram
+// of 32 KiB crosses it whole.
+func TestBigFrames(t *testing.T) {
+	for _, tt := range []struct {
+		name, policy, listen, dst string
+	}{
+		{"IPv4", "public", "127.0.0.2:0", "198.51.100.2"},
+		{"IPv6", "open", "[::1]:0", "[fd7b:6b62:6f78::1]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tn := newTestNet(t, tt.policy, nil)
+			port, _ := echoServer(t, tt.listen)
+			c, err := tn.dial(ctx10(t), tt.dst+":"+portString(port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			const size = 4 << 20
+			data := make([]byte, size)
+			for i := range data {
+				data[i] = byte(i * 7)
+			}
+			go c.Write(data)
+			got := make([]byte, 5+size)
+			if _, err := io.ReadFull(c, got); err != nil || string(got[:5]) != "hello" || !bytes.Equal(got[5:], data) {
+				t.Fatalf("echo of %d bytes: %v (greeting %q, equal %v)", size, err, got[:5], bytes.Equal(got[5:], data))
+			}
+			// Average frame sizes: at MTU 1500 neither could pass 1514.
+			for _, nic := range []struct {
+				name string
+				s    *stack.Stack
+			}{{"to the guest", tn.guest}, {"from the guest", tn.st.s}} {
+				rx := nic.s.NICInfo()[1].Stats.Rx
+				if avg := rx.Bytes.Value() / max(rx.Packets.Value(), 1); avg < 8192 {
+					t.Errorf("frames %s: %d bytes on average in %d frames, want more than 8 KiB", nic.name, avg, rx.Packets.Value())
+				}
+			}
+		})
+	}
+	t.Run("UDP", func(t *testing.T) {
+		tn := newTestNet(t, "public", nil)
+		pc, err := net.ListenPacket("udp", "127.0.0.2:0")
+		if err != nil {
+			t.Skip(err)
+		}
+		defer pc.Close()
+		go func() {
+			buf := make([]byte, 65535)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				pc.WriteTo(buf[:n], from)
+			}
+		}()
+		port := uint16(pc.LocalAddr().(*net.UDPAddr).Port)
+		c, err := gonet.DialUDP(tn.guest, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpipAddr(netip.MustParseAddr("198.51.100.2")), Port: port}, ipv4.ProtocolNumber)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		dgram := bytes.Repeat([]byte("udp!"), 8<<10)
+		if _, err := c.Write(dgram); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 65535)
+		n, err := c.Read(buf)
+		if err != nil || !bytes.Equal(buf[:n], dgram) {
+			t.Fatalf("a 32 KiB datagram: got %d bytes back, %v", n, err)
+		}
+		// The answer and the stack's ARP reply; at MTU 1500, 23 fragments.
+		if rx := tn.guest.NICInfo()[1].Stats.Rx; rx.Packets.Value() > 2 {
+			t.Errorf("the guest received %d frames, want the answer whole (and an ARP reply)", rx.Packets.Value())
+		}
+	})
 }
