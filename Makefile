@@ -192,7 +192,7 @@ bench-sandbox: build testkrun
 
 ## bench-net: krunbox's network stack (public) against TSI on the double: connect time and a 256 MiB download (BENCHMARKS.md)
 bench-net: build testkrun
-	$(TEST_ENV) $(GO) test -run '^$$' -bench 'Network' -benchtime 3x -timeout 20m ./e2e/
+	$(TEST_ENV) $(GO) test -run '^$$' -bench 'Network' -benchtime 7x -timeout 20m ./e2e/
 
 ## bench-secrets: a 256 MiB HTTPS download through the secrets' TLS interception against a direct one (BENCHMARKS.md)
 bench-secrets:

@@ -45,7 +45,7 @@ func realSuite(b *testing.B) *suite {
 	return s
 }
 
-func medianOf[T int64 | time.Duration](ds []T) T {
+func medianOf[T int64 | float64 | time.Duration](ds []T) T {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]

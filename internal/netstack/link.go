@@ -69,33 +69,48 @@ func (l *streamLink) readLoop() error {
 	}
 }
 
-// writeLoop sends the stack's frames to the guest until ctx ends.
+// maxBatch bounds how many frames writeLoop sends in one write.
+const maxBatch = 64
+
+// writeLoop sends the stack's frames to the guest until ctx ends: the
+// frames queued at a time in one writev, straight from the packets'
+// buffers.
 func (l *streamLink) writeLoop(ctx context.Context) error {
-	w := bufio.NewWriterSize(l.conn, 256<<10)
-	var hdr [4]byte
+	hdrs := make([]byte, 4*maxBatch)
+	pkts := make([]*stack.PacketBuffer, 0, maxBatch)
+	var iov net.Buffers
 	for {
 		pkt := l.ch.ReadContext(ctx)
 		if pkt == nil {
 			return nil
 		}
-		n := 0
-		slices := pkt.AsSlices()
-		for _, s := range slices {
-			n += len(s)
-		}
-		binary.BigEndian.PutUint32(hdr[:], uint32(n))
-		w.Write(hdr[:])
-		for _, s := range slices {
-			w.Write(s)
-		}
-		pkt.DecRef()
-		if l.ch.NumQueued() == 0 {
-			if err := w.Flush(); err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return nil
-				}
-				return fmt.Errorf("write a frame to the guest: %w", err)
+		iov = iov[:0]
+		for pkt != nil {
+			slices := pkt.AsSlices()
+			n := 0
+			for _, s := range slices {
+				n += len(s)
 			}
+			hdr := hdrs[4*len(pkts) : 4*len(pkts)+4]
+			binary.BigEndian.PutUint32(hdr, uint32(n))
+			iov = append(append(iov, hdr), slices...)
+			pkts = append(pkts, pkt)
+			if len(pkts) == maxBatch {
+				break
+			}
+			pkt = l.ch.Read()
+		}
+		batch := iov // WriteTo consumes its receiver
+		_, err := batch.WriteTo(l.conn)
+		for _, p := range pkts {
+			p.DecRef()
+		}
+		pkts = pkts[:0]
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("write a frame to the guest: %w", err)
 		}
 	}
 }

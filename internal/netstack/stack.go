@@ -327,6 +327,12 @@ func (st *Stack) serveTCP(guest *gonet.TCPConn, ep tcpip.Endpoint, dst netip.Add
 	relay(st.ctx, g, up)
 }
 
+// relayBufs holds relay's copy buffers: 256 KiB, so that one read from a
+// host socket fills several frames of the link's MTU (io.Copy's 32 KiB
+// made the stack send 32 KiB segments), pooled so that a short
+// connection does not allocate and clear them.
+var relayBufs = sync.Pool{New: func() any { return new([256 << 10]byte) }}
+
 // relay copies both ways, passing half-closes on, until both sides end
 // or ctx does.
 func relay(ctx context.Context, a, b net.Conn) {
@@ -336,7 +342,11 @@ func relay(ctx context.Context, a, b net.Conn) {
 	wg.Add(2)
 	half := func(dst, src net.Conn) {
 		defer wg.Done()
-		io.Copy(dst, src)
+		buf := relayBufs.Get().(*[256 << 10]byte)
+		defer relayBufs.Put(buf)
+		// Hide WriterTo and ReaderFrom, which would copy through their
+		// own 32 KiB buffers.
+		io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf[:])
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
 		} else {

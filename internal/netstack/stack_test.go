@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -518,6 +519,8 @@ func BenchmarkDownload(b *testing.B) {
 		}
 		c.Close()
 	}
+	rx := tn.guest.NICInfo()[1].Stats.Rx
+	b.ReportMetric(float64(rx.Bytes.Value())/float64(rx.Packets.Value()), "B/frame")
 }
 
 func TestRefusedNameIsPrintable(t *testing.T) {
@@ -607,4 +610,47 @@ func TestBigFrames(t *testing.T) {
 			t.Errorf("the guest received %d frames, want the answer whole (and an ARP reply)", rx.Packets.Value())
 		}
 	})
+}
+
+// readSizeConn records the largest buffer its Read is given.
+type readSizeConn struct {
+	net.Conn
+	max atomic.Int64
+}
+
+func (c *readSizeConn) Read(p []byte) (int, error) {
+	if int64(len(p)) > c.max.Load() {
+		c.max.Store(int64(len(p)))
+	}
+	return c.Conn.Read(p)
+}
+
+// TestRelayReadsFrames: the relay between a guest connection and a host
+// one reads more than a frame's payload at a time both ways, so that the
+// stack can send segments of the link's MTU (io.Copy's 32 KiB reads made
+// it send 32 KiB segments).
+func TestRelayReadsFrames(t *testing.T) {
+	a1, a2 := net.Pipe()
+	b1, b2 := net.Pipe()
+	ra, rb := &readSizeConn{Conn: a1}, &readSizeConn{Conn: b1}
+	done := make(chan struct{})
+	go func() {
+		relay(context.Background(), ra, rb)
+		close(done)
+	}()
+	for _, p := range [][2]net.Conn{{a2, b2}, {b2, a2}} {
+		go p[0].Write([]byte("x"))
+		p[1].SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(p[1], make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a2.Close()
+	b2.Close()
+	<-done
+	for name, c := range map[string]*readSizeConn{"guest": ra, "host": rb} {
+		if c.max.Load() < MTU {
+			t.Errorf("reads from the %s side: at most %d bytes, want at least the MTU (%d)", name, c.max.Load(), MTU)
+		}
+	}
 }
