@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -154,6 +158,7 @@ func testNetRefusalsAndRules(t *testing.T, e *env) {
 	if r := e.krunbox("inspect", "nb"); !strings.Contains(r.stdout, `"network": "allow=ok.test,kept.test:8080"`) {
 		t.Errorf("inspect after network allow: want the rule recorded: %s", r)
 	}
+	checkSNIRefused(t, e, w, "nb")
 	// A malformed rule at create: a clear error, exit 125.
 	checkKrunboxError(t, e.krunbox("create", "--net", "allow=ok.test:99999", image), "port")
 	checkKrunboxError(t, e.krunbox("run", "--net", "allow=*.com", image, "true"), "wildcard")
@@ -325,4 +330,57 @@ func serveBig(t *testing.T, addr string, size int) *hitServer {
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return h
+}
+
+// checkSNIRefused: under allow=, TLS on 443 to the address of an allowed
+// name, asking for another server name (SNI), is reset, and the refusal is
+// in logs --net; asking for the allowed name goes through. name is a
+// started sandbox with an allow= network.
+func checkSNIRefused(t *testing.T, e *env, w *netWorld, name string) {
+	// Port 443 on 127.0.0.5, which the stack's test hooks show the guest
+	// as 198.51.100.5.
+	l, err := net.Listen("tcp", "127.0.0.5:443")
+	if err != nil {
+		t.Logf("SKIP the SNI case: it needs port 443 on 127.0.0.5 (root): %v", err)
+		return
+	}
+	cert, _ := serverCert(t, "sni.test")
+	var hellos atomic.Int32
+	srv := &http.Server{
+		Handler:   http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				hellos.Add(1)
+			}
+		},
+	}
+	go srv.ServeTLS(l, "", "")
+	t.Cleanup(func() { srv.Close() })
+	w.setName("sni.test", "198.51.100.5")
+	if r := e.krunbox("network", name, "allow", "sni.test:443"); r.code != 0 {
+		t.Fatalf("network allow: %s", r)
+	}
+	e.ok("cp", buildNetprobe(t), name+":/netprobe")
+	if r := e.krunbox("exec", name, "/netprobe", "hello", "sni.test:443", "sni.test"); r.code != 0 || r.stdout != "ok\n" || hellos.Load() != 1 {
+		t.Fatalf("TLS to sni.test asking for sni.test: want a handshake: %s (%d connections)", r, hellos.Load())
+	}
+	r := e.krunbox("exec", name, "/netprobe", "hello", "sni.test:443", "evil.test")
+	if r.code == 0 || hellos.Load() != 1 {
+		t.Errorf("TLS to sni.test's address asking for evil.test: want a reset, no connection upstream: %s (%d connections)", r, hellos.Load())
+	}
+	if r := e.krunbox("logs", "--net", name); !strings.Contains(r.stdout, "refused tls evil.test 198.51.100.5:443") {
+		t.Errorf("logs --net: want the refused server name: %s", r)
+	}
+}
+
+// buildNetprobe builds hack/netprobe, static, for the guest.
+func buildNetprobe(t testing.TB) string {
+	probe := filepath.Join(t.TempDir(), "netprobe")
+	build := exec.Command("go", "build", "-o", probe, "../hack/netprobe")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build netprobe: %v\n%s", err, out)
+	}
+	return probe
 }

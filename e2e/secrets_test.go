@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -77,13 +76,7 @@ func testSecrets(t *testing.T, e *env) {
 	}
 	// busybox's wget speaks no TLS that Go's servers accept: a Go client,
 	// which trusts the CAs the agent set up (SSL_CERT_FILE).
-	probe := filepath.Join(t.TempDir(), "netprobe")
-	build := exec.Command("go", "build", "-o", probe, "../hack/netprobe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build netprobe: %v\n%s", err, out)
-	}
-	e.ok("cp", probe, "sec:/bin/netprobe")
+	e.ok("cp", buildNetprobe(t), "sec:/bin/netprobe")
 	// The guest trusts the test server's certificate too (it sees it for
 	// the host that is not intercepted), as it trusts public CAs.
 	e.ok("exec", "sec", "--", "mkdir", "-p", "/tmp/certs")

@@ -5,11 +5,15 @@
 //	netprobe get URL          bytes of an HTTP GET, read to the end, and MB/s
 //	netprobe fetch URL [NAME:VALUE...]  the body of a GET with those headers
 //	                          (the secrets scenario: HTTPS with the guest's CAs)
+//	netprobe hello ADDR NAME  a TLS handshake with ADDR (host:port) asking for
+//	                          server name NAME, trusting any certificate;
+//	                          prints ok (the SNI scenario: a mismatch is reset)
 //
 // It is built static and copied into the guest by the benchmark.
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -80,6 +84,15 @@ func run(args []string) error {
 		}
 		_, err = io.Copy(os.Stdout, resp.Body)
 		return err
+	case len(args) == 3 && args[0] == "hello":
+		d := &net.Dialer{Timeout: 10 * time.Second}
+		c, err := tls.DialWithDialer(d, "tcp", args[1], &tls.Config{ServerName: args[2], InsecureSkipVerify: true})
+		if err != nil {
+			return err
+		}
+		c.Close()
+		fmt.Println("ok")
+		return nil
 	}
-	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe get URL | netprobe fetch URL [NAME:VALUE...]")
+	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe get URL | netprobe fetch URL [NAME:VALUE...] | netprobe hello ADDR NAME")
 }
