@@ -236,8 +236,10 @@ func (st *Stack) forwardTCP(r *tcp.ForwarderRequest) {
 	dst := netip.AddrPortFrom(fromTCPIP(id.LocalAddress), id.LocalPort)
 	d := st.check(dst)
 	if !d.Allowed {
-		r.Complete(true)
+		// Logged before the reset, so that whoever sees the reset finds
+		// the refusal in the log.
 		st.refuse(Refusal{Proto: "tcp", Name: d.Name, Addr: dst.String(), Reason: d.Reason})
+		r.Complete(true)
 		return
 	}
 	intercept := st.cfg.Interceptor != nil && st.cfg.Interceptor.Intercepts(d.Name, dst.Port())
@@ -283,8 +285,8 @@ func (st *Stack) serveTCP(guest *gonet.TCPConn, ep tcpip.Endpoint, dst netip.Add
 			err = st.cfg.Policy.CheckSNI(sni, dst)
 		}
 		if err != nil {
-			ep.Abort()
 			st.refuse(Refusal{Proto: "tls", Name: sni, Addr: dst.String(), Reason: err.Error()})
+			ep.Abort()
 			return
 		}
 		g, name = conn, netpolicy.NormalizeName(sni)
