@@ -293,15 +293,24 @@ func testNetHost(t *testing.T, e *env) {
 	// The link runs at MTU 65520 both ways: the guest's eth0 has it, and
 	// a download in 64 KiB frames arrives whole (a device without guest
 	// TSO would drop every frame beyond 1518 bytes and the download would
-	// stall), as does an upload.
-	big := serveBig(t, "127.0.0.1:0", 8<<20)
+	// stall), as does an upload; eth0's average frame each way is larger
+	// than 1500 bytes could make it.
+	big := serveBig(t, "127.0.0.1:0", 2<<20)
+	const stats = "/sys/class/net/eth0/statistics/"
 	r = e.krunbox("run", "--rm", "--net", "open", image, "--", "sh", "-c",
 		"cat /sys/class/net/eth0/mtu; timeout 60 wget -q -O - http://192.168.127.1:"+big.port+"/ | wc -c; "+
 			// busybox wget sends its --post-file as a C string: no NUL in it.
-			"yes 0123456789abcdef | head -c 4194304 > /tmp/up; timeout 60 wget -q -O - --post-file /tmp/up http://192.168.127.1:"+big.port+"/")
-	if r.code != 0 || r.stdout != "65520\n8388608\nreceived 4194304\n" {
-		t.Errorf("open: want MTU 65520, 8 MiB down and 4 MiB up: %s", r)
+			"yes 0123456789abcdef | head -c 1048576 > /tmp/up; timeout 60 wget -q -O - --post-file /tmp/up http://192.168.127.1:"+big.port+"/; "+
+			"echo $(($(cat "+stats+"rx_bytes) / $(cat "+stats+"rx_packets))) $(($(cat "+stats+"tx_bytes) / $(cat "+stats+"tx_packets)))")
+	lines := strings.Split(r.stdout, "\n")
+	if r.code != 0 || len(lines) != 5 || strings.Join(lines[:3], "\n") != "65520\n2097152\nreceived 1048576" {
+		t.Fatalf("open: want MTU 65520, 2 MiB down and 1 MiB up: %s", r)
 	}
+	var rx, tx int
+	if _, err := fmt.Sscan(lines[3], &rx, &tx); err != nil || rx < 8192 || tx < 8192 {
+		t.Errorf("eth0's average frame: %d bytes received, %d sent; want more than 8 KiB each way", rx, tx)
+	}
+	t.Logf("eth0's average frame: %d bytes received, %d sent", rx, tx)
 }
 
 // serveBig serves size bytes to a GET, and to a POST answers how many
