@@ -46,7 +46,7 @@ const (
 // testPublic is the range TestLoopbackEnv redirects.
 var testPublic = netip.MustParsePrefix("198.51.100.0/24")
 
-// NetFeatures are the virtio-net features krunbox's stack gives the guest:
+// netFeatures are the virtio-net features krunbox's stack gives the guest:
 // what lets the link run at MTU [netstack.MTU] (65520, passt's), so that
 // a frame carries up to 64 KiB of a TCP stream instead of 1460 bytes.
 //
@@ -76,7 +76,7 @@ var testPublic = netip.MustParsePrefix("198.51.100.0/24")
 //
 // GUEST_CSUM comes with the TSO bits (the virtio spec requires it); the
 // stack never sends a partial checksum, so it changes nothing else.
-const NetFeatures = krun.NetFeatureGuestCSUM | krun.NetFeatureGuestTSO4 | krun.NetFeatureGuestTSO6
+const netFeatures = krun.NetFeatureGuestCSUM | krun.NetFeatureGuestTSO4 | krun.NetFeatureGuestTSO6
 
 // configureNet gives the guest its network device for a mode of krunbox's
 // stack: a virtio-net device on one end of a socket pair, whose other end
@@ -105,7 +105,7 @@ func configureNet(ctx *krun.Context, lib *krun.Library, spec *Spec) (*os.File, e
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 1<<20)
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
 	}
-	if err := ctx.AddNetUnixstream(fds[1], [6]byte(netstack.GuestMAC), NetFeatures); err != nil {
+	if err := ctx.AddNetUnixstream(fds[1], [6]byte(netstack.GuestMAC), netFeatures); err != nil {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
 		return nil, fmt.Errorf("network %s: %w", np.Mode, err)

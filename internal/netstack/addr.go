@@ -32,7 +32,7 @@ var (
 // needs no offloads for it: libkrun's unixstream device passes frames of
 // up to 65550 bytes (MAX_BUFFER_SIZE less its virtio-net header), and the
 // guest's driver receives them once it is offered guest TSO
-// (vmm.NetFeatures: big receive buffers).
+// (hostapi/vmm's netFeatures: big receive buffers).
 const MTU = 65520
 
 // isGateway reports whether a is the host stack's own address.
