@@ -52,9 +52,7 @@ func (w *netWorld) setName(name string, addrs ...string) { w.dns.Set(name, addrs
 
 func newNetWorld(t *testing.T, e *env) *netWorld {
 	w := &netWorld{public: serveHits(t, "127.0.0.2:0"), private: serveHits(t, "127.0.0.3:0"), dns: dnstest.Start(t)}
-	// The stack's scenarios run under public unless they say otherwise
-	// (tsi is krunbox's default for now).
-	e.extra = append(e.extra, "KRUNBOX_TEST_NET_DNS="+w.dns.Addr, "KRUNBOX_TEST_NET_LOOPBACK=1", "KRUNBOX_NETWORK=public")
+	e.extra = append(e.extra, "KRUNBOX_TEST_NET_DNS="+w.dns.Addr, "KRUNBOX_TEST_NET_LOOPBACK=1")
 	return w
 }
 

@@ -22,13 +22,13 @@ import (
 // optionally with :PORT), NetworkOpen (everything through the stack, the
 // host's loopback at the gateway address included), NetworkTSI (the host's
 // network identity through libkrun's transparent socket impersonation;
-// guest listeners become host listeners; the default, see Config.Network)
-// or NetworkNone (only loopback). The stack's modes need a libkrun built
+// guest listeners become host listeners) or NetworkNone (only loopback). The stack's modes need a libkrun built
 // with its NET feature.
 type Network string
 
 // Networks.
 const (
+	// NetworkPublic is the default.
 	NetworkPublic Network = "public"
 	NetworkOpen   Network = "open"
 	NetworkTSI    Network = "tsi"
@@ -90,9 +90,7 @@ type Config struct {
 	// means the image's.
 	User string `json:"user,omitempty"`
 	// Network is the sandbox's network (see [Network]); empty means
-	// NetworkTSI. (NetworkPublic is to become the default once it starts
-	// as reliably as TSI on real libkrun: in nested real VMs, starts with
-	// its virtio-net device stalled, 2026-12-01.)
+	// NetworkPublic.
 	Network Network `json:"network,omitempty"`
 	// Ports publishes guest ports on the host, on 127.0.0.1 unless a
 	// mapping names its host address (not possible under TSI).
@@ -139,7 +137,7 @@ func (c Config) withDefaults() Config {
 		c.MemoryMiB = DefaultMemoryMiB
 	}
 	if c.Network == "" {
-		c.Network = NetworkTSI
+		c.Network = NetworkPublic
 	}
 	if c.Root == "" {
 		c.Root = RootAuto

@@ -223,7 +223,17 @@ func treeSortName(e object.TreeEntry) string {
 }
 
 // commit stores a commit.
-func (c *copier) commit(tree plumbing.Hash, parents []plumbing.Hash, msg string) (plumbing.Hash, error) {
+// commit makes the commit of tree on parents, or returns landed's (the
+// branch's commit that krunbox last landed, nil if none) when it is that
+// commit already: landing the same work again changes nothing, whatever
+// the time.
+func (c *copier) commit(landed *plumbing.Reference, tree plumbing.Hash, parents []plumbing.Hash, msg string) (plumbing.Hash, error) {
+	if landed != nil {
+		prev, err := object.GetCommit(c.user, landed.Hash())
+		if err == nil && prev.TreeHash == tree && slices.Equal(prev.ParentHashes, parents) && prev.Message == msg {
+			return landed.Hash(), nil
+		}
+	}
 	sig := object.Signature{Name: "krunbox", Email: "krunbox@localhost", When: time.Now()}
 	cm := &object.Commit{Author: sig, Committer: sig, Message: msg, TreeHash: tree, ParentHashes: parents}
 	o := c.mem.NewEncodedObject()
@@ -319,6 +329,18 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 		return nil, fmt.Errorf("land %s: the repository of %s: %w", s.name, iso.Project, err)
 	}
 	defer user.Close()
+	name := plumbing.NewBranchReferenceName(iso.Branch)
+	var old *plumbing.Reference
+	switch cur, err := user.Reference(name); {
+	case err == nil:
+		prev, _ := s.lastLanded()
+		if prev == nil || cur.Hash().String() != prev.Commit {
+			return nil, fmt.Errorf("land %s: branch %s of %s exists and is not what krunbox last landed: rename or delete it first", s.name, iso.Branch, iso.Project)
+		}
+		old = cur
+	case !errors.Is(err, plumbing.ErrReferenceNotFound):
+		return nil, fmt.Errorf("land %s: %w", s.name, err)
+	}
 	c := &copier{from: w.objects, user: user, mem: memory.NewStorage()}
 	base := plumbing.NewHash(iso.Base)
 	tip, commits := w.head.Hash, 0
@@ -344,13 +366,13 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 			tip = base
 			break
 		}
-		tip, err = c.commit(tree, []plumbing.Hash{base}, fmt.Sprintf("krunbox %s: the sandbox's work on %s\n", s.name, iso.Base[:12]))
+		tip, err = c.commit(old, tree, []plumbing.Hash{base}, fmt.Sprintf("krunbox %s: the sandbox's work on %s\n", s.name, iso.Base[:12]))
 		if err != nil {
 			return nil, err
 		}
 		commits = 1
 	case dirty:
-		tip, err = c.commit(tree, []plumbing.Hash{w.head.Hash}, fmt.Sprintf("krunbox %s: work not committed in the sandbox\n", s.name))
+		tip, err = c.commit(old, tree, []plumbing.Hash{w.head.Hash}, fmt.Sprintf("krunbox %s: work not committed in the sandbox\n", s.name))
 		if err != nil {
 			return nil, err
 		}
@@ -358,18 +380,6 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
-	}
-	name := plumbing.NewBranchReferenceName(iso.Branch)
-	var old *plumbing.Reference
-	switch cur, err := user.Reference(name); {
-	case err == nil:
-		prev, _ := s.lastLanded()
-		if prev == nil || cur.Hash().String() != prev.Commit {
-			return nil, fmt.Errorf("land %s: branch %s of %s exists and is not what krunbox last landed: rename or delete it first", s.name, iso.Branch, iso.Project)
-		}
-		old = cur
-	case !errors.Is(err, plumbing.ErrReferenceNotFound):
-		return nil, fmt.Errorf("land %s: %w", s.name, err)
 	}
 	res := &Landed{Branch: iso.Branch, Commit: tip.String(), Commits: commits}
 	if old != nil && old.Hash() == tip {

@@ -15,6 +15,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 )
 
 // hostileRepo makes a git repository whose config, hooks and attributes
@@ -313,8 +316,12 @@ func TestIsolatedLand(t *testing.T) {
 			if u, err := sb.Unlanded(t.Context()); err != nil || u {
 				t.Errorf("Unlanded after Land = %v, %v", u, err)
 			}
-			if l, err := sb.Land(t.Context(), LandOptions{Squash: squash}); err != nil || !l.Unchanged && !squash {
-				t.Errorf("Land again = %+v, %v; want unchanged", l, err)
+			// Landing the same work again changes nothing, in another
+			// second too (a commit made anew would have another time).
+			landed := time.Now().Unix()
+			poll.Until(t, "the next second", 3*time.Second, func() bool { return time.Now().Unix() > landed })
+			if l2, err := sb.Land(t.Context(), LandOptions{Squash: squash}); err != nil || l2.Commit != l.Commit || !l2.Unchanged && !squash {
+				t.Errorf("Land again = %+v, %v; want unchanged, %s", l2, err, l.Commit)
 			}
 		})
 	}

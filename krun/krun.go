@@ -594,7 +594,7 @@ func (c *Context) DisableImplicitVsock() error {
 
 // ErrNoNet is matched (errors.Is) by the error of [Context.AddNetUnixstream]
 // on a libkrun built without its net feature.
-var ErrNoNet = errors.New("this libkrun has no virtio-net (it was built without its NET feature): use network tsi or none, or a libkrun built with NET=1")
+var ErrNoNet = errors.New("this libkrun has no virtio-net (it was built without its NET feature), which networks public (the default), allow= and open need: install a libkrun built with NET=1 (the release bundle's is), or choose network tsi (the host's network, its loopback included) or none (--net, or network in the user config)")
 
 // Virtio-net feature bits for [Context.AddNetUnixstream] (libkrun.h's
 // NET_FEATURE_*: the device offers the guest these and nothing more).

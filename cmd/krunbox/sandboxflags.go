@@ -101,7 +101,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	}
 	add("cpus", "cpus", "number of vCPUs")
 	add("memory", "memory", "guest memory, e.g. 2GiB or 512MiB")
-	add("network", "net", "network: public (the internet, no private or host address), allow=RULE,... (host names, *.domain, IPs, CIDRs, each optionally :PORT), open (everything, the host included), tsi (the host's, through libkrun; the default) or none")
+	add("network", "net", "network: public (the internet, no private or host address; the default), allow=RULE,... (host names, *.domain, IPs, CIDRs, each optionally :PORT), open (everything, the host included), tsi (the host's, through libkrun) or none")
 	add("pull_policy", "pull", "when to pull the image: missing (if not cached), always or never")
 	add("platform", "platform", "image platform, e.g. linux/arm64; default: the host's")
 	add("root", "root", "root file system: auto (an overlay where the host allows it, else a copy of the image), overlay or copy")

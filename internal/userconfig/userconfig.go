@@ -32,8 +32,8 @@ type Config struct {
 	CPUs int
 	// MemoryMiB is the memory of a sandbox, in MiB.
 	MemoryMiB int
-	// Network is "public", "allow=RULE,...", "open", "tsi" (the host's
-	// network, through libkrun's TSI; the default) or "none" (package
+	// Network is "public" (the default), "allow=RULE,...", "open", "tsi"
+	// (the host's network, through libkrun's TSI) or "none" (package
 	// netpolicy).
 	Network string
 	// PullPolicy is "if-missing", "always" or "never".
@@ -96,7 +96,7 @@ var settings = []setting{
 			return nil
 		},
 		func(c *Config) string { return FormatMemory(c.MemoryMiB) }},
-	{"network", "KRUNBOX_NETWORK", "public (the internet, no private or host address), allow=RULE,..., open, tsi (the host's network; the default) or none",
+	{"network", "KRUNBOX_NETWORK", "public (the internet, no private or host address; the default), allow=RULE,..., open, tsi (the host's network) or none",
 		func(c *Config, v string) error {
 			if v == "" {
 				return errors.New("want public, allow=RULE,..., open, tsi or none")
@@ -172,7 +172,7 @@ func Defaults() *Config {
 		Image:        "alpine",
 		CPUs:         2,
 		MemoryMiB:    2048,
-		Network:      "tsi",
+		Network:      "public",
 		PullPolicy:   "if-missing",
 		StopTimeout:  10 * time.Second,
 		StartTimeout: 60 * time.Second,

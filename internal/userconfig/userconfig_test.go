@@ -75,7 +75,7 @@ func TestNoFileGivesDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Defaults()
-	if c.Image != d.Image || c.CPUs != 2 || c.MemoryMiB != 2048 || c.Network != "tsi" || c.StartTimeout != time.Minute {
+	if c.Image != d.Image || c.CPUs != 2 || c.MemoryMiB != 2048 || c.Network != "public" || c.StartTimeout != time.Minute {
 		t.Fatalf("Load without a file = %+v, want the defaults", c)
 	}
 	for _, e := range c.Entries() {
