@@ -5,8 +5,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,12 +25,7 @@ func BenchmarkNetwork(b *testing.B) {
 	e := &env{t: b, suite: &suite{mode: double, lib: lib}, home: b.TempDir()}
 	b.Cleanup(e.cleanup)
 	e.pull()
-	probe := filepath.Join(b.TempDir(), "netprobe")
-	build := exec.Command("go", "build", "-o", probe, "../hack/netprobe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build netprobe: %v\n%s", err, out)
-	}
+	probe := netprobe(b)
 	const size = 256 << 20
 	// 127.0.0.2 is 198.51.100.2 for the stack (KRUNBOX_TEST_NET_LOOPBACK);
 	// under TSI the guest uses the host's sockets, so 127.0.0.2 itself.

@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -41,9 +40,6 @@ func testSecrets(t *testing.T, e *env) {
 	cert, certFile := serverCert(t, apiName, otherName)
 	var mu sync.Mutex
 	got := map[string]string{} // Host -> Authorization
-	if e.suite.mode != double {
-		t.Skip("the HTTPS part points the stack at a test server, which only the double allows")
-	}
 	// Port 443 on 127.0.0.4, which the stack's test hooks show the guest as
 	// 198.51.100.4, a public address.
 	l, err := net.Listen("tcp", "127.0.0.4:443")
@@ -77,12 +73,7 @@ func testSecrets(t *testing.T, e *env) {
 	}
 	// busybox's wget speaks no TLS that Go's servers accept: a Go client,
 	// which trusts the CAs the agent set up (SSL_CERT_FILE).
-	probe := filepath.Join(t.TempDir(), "netprobe")
-	build := exec.Command("go", "build", "-o", probe, "../hack/netprobe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build netprobe: %v\n%s", err, out)
-	}
+	probe := netprobe(t)
 	e.ok("cp", probe, "sec:/bin/netprobe")
 	// The guest trusts the test server's certificate too (it sees it for
 	// the host that is not intercepted), as it trusts public CAs.

@@ -9,7 +9,7 @@
 #   full  the groups of tiers ci and full (make test-realvm-full)
 #   bench the benchmarks (make bench-realvm), and their figures
 #   GROUP only these groups (of the tier)
-# env: BUILD    build directory with krunbox, e2e.test, vmm.test, vsockprobe, testimage/
+# env: BUILD    build directory with krunbox, e2e.test, vmm.test, vsockprobe, netprobe, testimage/
 #               (make test-realvm builds them; default: build/)
 #      REALVM   the harness (default: ../shared/realvm beside the repository)
 #      MEM      L1's memory in MiB (default 6144)
@@ -70,7 +70,7 @@ payload() {
 	cp "$HERE/l1-run.sh" "$d/run.sh"
 	printf 'GROUP=%q\nKIND=%q\nTESTS=%q\nDEADLINE=%q\n' "$1" "$2" "$3" "$4" >"$d/group.conf"
 	case $2 in
-	e2e) cp "$BUILD/e2e.test" "$BUILD/krunbox" "$d/" && cp -R "$BUILD/testimage" "$d/busybox" ;;
+	e2e) cp "$BUILD/e2e.test" "$BUILD/krunbox" "$BUILD/netprobe" "$d/" && cp -R "$BUILD/testimage" "$d/busybox" ;;
 	vmm) cp "$BUILD/vmm.test" "$BUILD/vsockprobe" "$d/" ;;
 	pi | bench)
 		cp "$BUILD/krunbox" "$d/" && cp -R "$BUILD/testimage" "$d/busybox"
