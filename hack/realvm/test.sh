@@ -75,7 +75,7 @@ payload() {
 	pi | bench)
 		cp "$BUILD/krunbox" "$d/" && cp -R "$BUILD/testimage" "$d/busybox"
 		if [ "$2" = bench ]; then
-			cp "$BUILD/hostapi.test" "$BUILD/benchpi" "$d/"
+			cp "$BUILD/hostapi.test" "$BUILD/benchpi" "$BUILD/e2e.test" "$BUILD/netprobe" "$d/"
 			cp "$BUILD/krunbox-agent-linux-amd64" "$d/krunbox-agent"
 		fi
 		pitests "$d"
@@ -225,7 +225,7 @@ done
 if [ "$TIER" = bench ]; then
 	echo
 	echo "=== realvm benchmarks (ratios inside one L1; absolute times there mean nothing)"
-	cat "$W"/out/bench/logs/RealVM*.log 2>/dev/null | grep -E '^Benchmark' || true
+	cat "$W"/out/bench/logs/RealVM*.log "$W"/out/bench/logs/net.log 2>/dev/null | grep -E '^Benchmark' || true
 	cat "$W/out/bench/logs/pi.log" 2>/dev/null || true
 fi
 echo
