@@ -166,11 +166,13 @@ test-realvm-full: realvm-payload
 	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh full
 
 # realvm-payload builds what the L1 payloads hold: krunbox, the test image, the compiled
-# e2e and hostapi/vmm suites and the vsock probe of the latter.
+# e2e and hostapi/vmm suites, the vsock probe of the latter and the network probe of
+# the former.
 realvm-payload: build $(TEST_IMAGE)/index.json
 	$(GO) test -c -o $(BUILD)/e2e.test ./e2e
 	$(GO) test -c -o $(BUILD)/vmm.test ./hostapi/vmm
 	CGO_ENABLED=0 $(GO) build -o $(BUILD)/vsockprobe ./hostapi/vmm/testdata/vsockprobe
+	CGO_ENABLED=0 $(GO) build -o $(BUILD)/netprobe ./hack/netprobe
 
 ## bench-realvm: ratios on nested real microVMs (start, exec, 256 MiB files, pi tool call) for BENCHMARKS.md
 bench-realvm: realvm-payload
@@ -250,6 +252,7 @@ e2e-bundle: build testkrun $(TEST_IMAGE)/index.json
 	rm -rf $(BUILD)/e2e-bundle
 	mkdir -p $(BUILD)/e2e-bundle/testkrun
 	$(GO) test -c -o $(BUILD)/e2e-bundle/e2e.test ./e2e
+	CGO_ENABLED=0 $(GO) build -o $(BUILD)/e2e-bundle/netprobe ./hack/netprobe
 	cp $(BUILD)/krunbox e2e/bundle/run.sh e2e/bundle/README.md $(BUILD)/e2e-bundle/
 	cp $(TESTKRUN) $(BUILD)/e2e-bundle/testkrun/
 	cp -R $(TEST_IMAGE) $(BUILD)/e2e-bundle/busybox

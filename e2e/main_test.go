@@ -18,6 +18,8 @@
 //	KRUNBOX_E2E_CPUS      vCPUs of the sandboxes the scenarios start, as
 //	                      KRUNBOX_CPUS (default: krunbox's); nested real
 //	                      VMs (hack/realvm) need 1
+//	KRUNBOX_E2E_NETPROBE  a static hack/netprobe for the guest (default:
+//	                      built with go by the scenarios that need it)
 //
 // "make e2e-bundle" packs the compiled suite, krunbox and the image to run
 // on a KVM host without Go (see e2e/bundle/README.md).

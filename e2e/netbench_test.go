@@ -11,23 +11,26 @@ import (
 )
 
 // BenchmarkNetwork compares krunbox's network stack (public) with libkrun's
-// TSI on the double, in the same run: the mean TCP connect time to a server
-// on the host, and a 256 MiB HTTP download (make bench-net; BENCHMARKS.md).
-// Each b.N measures, in each mode's sandbox in turn, 200 connects and one
-// download; the figures are the medians over b.N, and public/tsi the
-// median of each round's ratio of download rates.
+// TSI in the same run: the mean TCP connect time to a server on the host,
+// and a 256 MiB HTTP download (BENCHMARKS.md). It runs on the double (make
+// bench-net), or on real libkrun with KRUNBOX_E2E_LIBKRUN=real (make
+// bench-realvm, in nested VMs). Each b.N measures, in each mode's sandbox
+// in turn, 200 connects and one download; the figures are the medians over
+// b.N, and public/tsi the median of each round's ratio of download rates.
 func BenchmarkNetwork(b *testing.B) {
 	if imageErr != nil {
 		b.Skip(imageErr)
 	}
-	lib := os.Getenv("KRUNBOX_TEST_LIBKRUN")
-	if lib == "" {
-		b.Skip("KRUNBOX_TEST_LIBKRUN: the double (make bench-net sets it)")
+	s := &suite{mode: double, lib: os.Getenv("KRUNBOX_TEST_LIBKRUN")}
+	if os.Getenv("KRUNBOX_E2E_LIBKRUN") == string(real) {
+		s = &suite{mode: real, lib: os.Getenv("KRUNBOX_LIBKRUN")}
+	} else if s.lib == "" {
+		b.Skip("KRUNBOX_TEST_LIBKRUN: the double (make bench-net sets it), or KRUNBOX_E2E_LIBKRUN=real")
 	}
-	e := &env{t: b, suite: &suite{mode: double, lib: lib}, home: b.TempDir()}
+	e := &env{t: b, suite: s, home: b.TempDir()}
 	b.Cleanup(e.cleanup)
 	e.pull()
-	probe := buildNetprobe(b)
+	probe := netprobe(b)
 	const size = 256 << 20
 	// 127.0.0.2 is 198.51.100.2 for the stack (KRUNBOX_TEST_NET_LOOPBACK);
 	// under TSI the guest uses the host's sockets, so 127.0.0.2 itself.
@@ -48,6 +51,9 @@ func BenchmarkNetwork(b *testing.B) {
 	b.Cleanup(func() { srv.Close() })
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	e.extra = append(e.extra, "KRUNBOX_TEST_NET_LOOPBACK=1")
+	if s.mode == real {
+		e.extra = append(e.extra, "KRUNBOX_TEST_NET_REAL=1")
+	}
 
 	modes := []struct{ net, host string }{{"tsi", "127.0.0.2"}, {"public", "198.51.100.2"}}
 	for i, m := range modes {

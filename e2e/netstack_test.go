@@ -6,9 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,9 +16,10 @@ import (
 
 // netWorld is what the network scenarios reach: HTTP servers on the host's
 // loopback standing for the internet and for private hosts, and a DNS
-// server answering the test's names. Under the double, the runner's stack
-// is pointed at the DNS server and dials 198.51.100.N as 127.0.0.N
-// (vmm.TestDNSEnv, vmm.TestLoopbackEnv: honoured by the double only).
+// server answering the test's names. The runner's stack is pointed at the
+// DNS server and dials 198.51.100.N as 127.0.0.N (vmm.TestDNSEnv,
+// vmm.TestLoopbackEnv; under real libkrun with vmm.TestRealEnv too: in
+// hack/realvm the servers are on L1's loopback).
 type netWorld struct {
 	public  *hitServer // 127.0.0.2, seen by the guest as 198.51.100.2
 	private *hitServer // 127.0.0.3, reached by its real address only
@@ -53,6 +51,9 @@ func (w *netWorld) setName(name string, addrs ...string) { w.dns.Set(name, addrs
 func newNetWorld(t *testing.T, e *env) *netWorld {
 	w := &netWorld{public: serveHits(t, "127.0.0.2:0"), private: serveHits(t, "127.0.0.3:0"), dns: dnstest.Start(t)}
 	e.extra = append(e.extra, "KRUNBOX_TEST_NET_DNS="+w.dns.Addr, "KRUNBOX_TEST_NET_LOOPBACK=1")
+	if e.suite.mode == real {
+		e.extra = append(e.extra, "KRUNBOX_TEST_NET_REAL=1")
+	}
 	return w
 }
 
@@ -62,9 +63,6 @@ func wget(e *env, network, url string) result {
 }
 
 func testNetStack(t *testing.T, e *env) {
-	if e.suite.mode != double {
-		t.Skip("the network scenarios point the stack at test servers, which only the double allows")
-	}
 	e.pull()
 	w := newNetWorld(t, e)
 	w.setName("ok.test", "198.51.100.2")
@@ -116,9 +114,6 @@ func testNetStack(t *testing.T, e *env) {
 }
 
 func testNetRefusalsAndRules(t *testing.T, e *env) {
-	if e.suite.mode != double {
-		t.Skip("the network scenarios point the stack at test servers, which only the double allows")
-	}
 	e.pull()
 	w := newNetWorld(t, e)
 	w.setName("ok.test", "198.51.100.2")
@@ -160,7 +155,11 @@ func testNetRefusalsAndRules(t *testing.T, e *env) {
 	// A malformed rule at create: a clear error, exit 125.
 	checkKrunboxError(t, e.krunbox("create", "--net", "allow=ok.test:99999", image), "port")
 	checkKrunboxError(t, e.krunbox("run", "--net", "allow=*.com", image, "true"), "wildcard")
-	// A libkrun without virtio-net: the stack's modes say so; tsi runs.
+	// A libkrun without virtio-net (the double stands for one): the
+	// stack's modes say so; tsi runs.
+	if e.suite.mode != double {
+		return
+	}
 	e.extra = append(e.extra, "TESTKRUN_NO_NET=1")
 	checkKrunboxError(t, e.krunbox("run", "--rm", "--net", "public", image, "true"), "no virtio-net")
 	if r := e.krunbox("run", "--rm", "--net", "tsi", image, "true"); r.code != 0 {
@@ -169,9 +168,6 @@ func testNetRefusalsAndRules(t *testing.T, e *env) {
 }
 
 func testNetProtocols(t *testing.T, e *env) {
-	if e.suite.mode != double {
-		t.Skip("the network scenarios point the stack at test servers, which only the double allows")
-	}
 	e.pull()
 	w := newNetWorld(t, e)
 
@@ -368,7 +364,7 @@ func checkSNIRefused(t *testing.T, e *env, w *netWorld, name string) {
 	if r := e.krunbox("network", name, "allow", "sni.test:443"); r.code != 0 {
 		t.Fatalf("network allow: %s", r)
 	}
-	e.ok("cp", buildNetprobe(t), name+":/netprobe")
+	e.ok("cp", netprobe(t), name+":/netprobe")
 	if r := e.krunbox("exec", name, "/netprobe", "hello", "sni.test:443", "sni.test"); r.code != 0 || r.stdout != "ok\n" || hellos.Load() != 1 {
 		t.Fatalf("TLS to sni.test asking for sni.test: want a handshake: %s (%d connections)", r, hellos.Load())
 	}
@@ -379,15 +375,4 @@ func checkSNIRefused(t *testing.T, e *env, w *netWorld, name string) {
 	if r := e.krunbox("logs", "--net", name); !strings.Contains(r.stdout, "refused tls evil.test 198.51.100.5:443") {
 		t.Errorf("logs --net: want the refused server name: %s", r)
 	}
-}
-
-// buildNetprobe builds hack/netprobe, static, for the guest.
-func buildNetprobe(t testing.TB) string {
-	probe := filepath.Join(t.TempDir(), "netprobe")
-	build := exec.Command("go", "build", "-o", probe, "../hack/netprobe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build netprobe: %v\n%s", err, out)
-	}
-	return probe
 }

@@ -8,6 +8,7 @@ export KRUNBOX_BIN="$here/krunbox"
 export KRUNBOX_E2E_IMAGE="oci:$here/busybox:latest"
 export KRUNBOX_E2E_LIBKRUN="${KRUNBOX_E2E_LIBKRUN:-real}"
 export KRUNBOX_TEST_LIBKRUN="$here/testkrun/libkrun.so.1"
+export KRUNBOX_E2E_NETPROBE="$here/netprobe"
 echo "== krunbox doctor --quick (the suite's own doctor boots a VM)"
 "$KRUNBOX_BIN" doctor --quick || true
 echo "== e2e suite (KRUNBOX_E2E_LIBKRUN=$KRUNBOX_E2E_LIBKRUN)"

