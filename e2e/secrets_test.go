@@ -111,7 +111,7 @@ func testSecrets(t *testing.T, e *env) {
 
 // serverCert returns a self-signed certificate for names, and a PEM file
 // holding it.
-func serverCert(t *testing.T, names ...string) (tls.Certificate, string) {
+func serverCert(t testing.TB, names ...string) (tls.Certificate, string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -2,7 +2,8 @@
 // benchmark (make bench-net, BENCHMARKS.md) compares between network modes:
 //
 //	netprobe connect ADDR N   mean time of N TCP connects (and closes), in µs
-//	netprobe get URL          bytes of an HTTP GET, read to the end, and MB/s
+//	netprobe get URL [NAME:VALUE...]  bytes of an HTTP GET with those
+//	                          headers, read to the end, and MB/s
 //	netprobe fetch URL [NAME:VALUE...]  the body of a GET with those headers
 //	                          (the secrets scenario: HTTPS with the guest's CAs)
 //	netprobe hello ADDR NAME  a TLS handshake with ADDR (host:port) asking for
@@ -48,13 +49,20 @@ func run(args []string) error {
 		}
 		fmt.Printf("%.1f\n", float64(time.Since(start).Microseconds())/float64(n))
 		return nil
-	case len(args) == 2 && args[0] == "get":
+	case len(args) >= 2 && args[0] == "get":
+		req, err := request(args[1], args[2:])
+		if err != nil {
+			return err
+		}
 		start := time.Now()
-		resp, err := http.Get(args[1])
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
 		}
 		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("get %s: %s", args[1], resp.Status)
+		}
 		n, err := io.Copy(io.Discard, resp.Body)
 		if err != nil {
 			return err
@@ -63,16 +71,9 @@ func run(args []string) error {
 		fmt.Printf("%d %.1f\n", n, float64(n)/s/1e6)
 		return nil
 	case len(args) >= 2 && args[0] == "fetch":
-		req, err := http.NewRequest(http.MethodGet, args[1], nil)
+		req, err := request(args[1], args[2:])
 		if err != nil {
 			return err
-		}
-		for _, h := range args[2:] {
-			name, value, ok := strings.Cut(h, ":")
-			if !ok {
-				return fmt.Errorf("fetch: header %q: want NAME:VALUE", h)
-			}
-			req.Header.Set(name, strings.TrimSpace(value))
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -94,5 +95,21 @@ func run(args []string) error {
 		fmt.Println("ok")
 		return nil
 	}
-	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe get URL | netprobe fetch URL [NAME:VALUE...] | netprobe hello ADDR NAME")
+	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe get URL [NAME:VALUE...] | netprobe fetch URL [NAME:VALUE...] | netprobe hello ADDR NAME")
+}
+
+// request is a GET of url with headers, each NAME:VALUE.
+func request(url string, headers []string) (*http.Request, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok {
+			return nil, fmt.Errorf("header %q: want NAME:VALUE", h)
+		}
+		req.Header.Set(name, strings.TrimSpace(value))
+	}
+	return req, nil
 }

@@ -144,7 +144,8 @@ pi)
 	;;
 bench)
 	# NAME:N runs BenchmarkNAME of hostapi N times; net:N e2e's BenchmarkNetwork (the
-	# network stack against TSI); pi:N the pi extension's tool-call overhead
+	# network stack against TSI) and BenchmarkNetworkSecrets (HTTPS through the secrets' interception
+	# against TSI); pi:N the pi extension's tool-call overhead
 	# (pi/bench/overhead.ts, BENCH_N=N) against hack/benchpi
 	export KRUNBOX_TEST_AGENT=$P/krunbox-agent
 	for b in $TESTS; do
@@ -161,7 +162,7 @@ bench)
 		elif [ "$name" = net ]; then
 			KRUNBOX_BIN=$P/krunbox KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_LIBKRUN=real \
 				KRUNBOX_E2E_CPUS=1 KRUNBOX_E2E_NETPROBE=$P/netprobe \
-				timeout -s KILL $((DEADLINE + 30)) $P/e2e.test -test.run '^$' -test.bench '^BenchmarkNetwork$' \
+				timeout -s KILL $((DEADLINE + 30)) $P/e2e.test -test.run '^$' -test.bench '^BenchmarkNetwork(Secrets)?$' \
 				-test.benchtime "${n}x" -test.timeout "${DEADLINE}s" -test.v >"$log" 2>&1
 			rc=$?
 			result "$name" $rc $(($(date +%s) - t0)) "^BenchmarkNetwork" "^--- SKIP" "$log"
