@@ -192,7 +192,7 @@ bench-oci: krunbox
 bench-sandbox: build testkrun
 	$(TEST_ENV) $(GO) test -run '^$$' -bench 'Sandbox' -benchtime 20x -timeout 30m ./hostapi/ ./e2e/
 
-## bench-net: krunbox's network stack (public) against TSI on the double: connect time and a 256 MiB download (BENCHMARKS.md)
+## bench-net: krunbox's network stack against TSI on the double: connect time and a 256 MiB download (public), a 256 MiB HTTPS download through the secrets' interception (BENCHMARKS.md)
 bench-net: build testkrun
 	$(TEST_ENV) $(GO) test -run '^$$' -bench 'Network' -benchtime 7x -timeout 20m ./e2e/
 
