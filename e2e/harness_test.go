@@ -155,12 +155,42 @@ func newEnv(t testing.TB, s *suite) *env {
 	return e
 }
 
-// cleanup removes every sandbox left, so that no VM outlives its test.
+// keepLogsEnv names a folder where the sandboxes of a test that failed
+// leave their console, runner log and network log (hack/realvm sets it to
+// one in L1's /out, for the diagnosis of nested VMs).
+const keepLogsEnv = "KRUNBOX_E2E_KEEP_LOGS"
+
+// cleanup removes every sandbox left, so that no VM outlives its test; when
+// the test failed, it keeps their logs first (keepLogsEnv).
 func (e *env) cleanup() {
+	if dir := os.Getenv(keepLogsEnv); dir != "" && e.t.Failed() {
+		e.keepLogs(dir)
+	}
 	res := e.krunbox("ls", "-a", "-q")
 	for _, name := range strings.Fields(res.stdout) {
 		if r := e.krunbox("rm", "-f", name); r.code != 0 {
 			e.t.Errorf("cleanup: rm -f %s: %s", name, r)
+		}
+	}
+}
+
+// keepLogs copies the logs of the sandboxes left into dir, each named
+// TEST-SANDBOX-FILE.
+func (e *env) keepLogs(dir string) {
+	sandboxes, _ := filepath.Glob(filepath.Join(e.home, "state", "sandboxes", "*"))
+	test := strings.ReplaceAll(e.t.Name(), "/", "_")
+	for _, sb := range sandboxes {
+		for _, f := range []string{"console.log", "runner.log", "net.log"} {
+			b, err := os.ReadFile(filepath.Join(sb, f))
+			if err != nil {
+				continue
+			}
+			if err := os.MkdirAll(dir, 0o755); err == nil {
+				err = os.WriteFile(filepath.Join(dir, test+"-"+filepath.Base(sb)+"-"+f), b, 0o644)
+			}
+			if err != nil {
+				e.t.Logf("keep the logs of %s: %v", sb, err)
+			}
 		}
 	}
 }

@@ -20,6 +20,9 @@
 //	                      VMs (hack/realvm) need 1
 //	KRUNBOX_E2E_NETPROBE  a static hack/netprobe for the guest (default:
 //	                      built with go by the scenarios that need it)
+//	KRUNBOX_E2E_KEEP_LOGS a folder where the sandboxes of a test that
+//	                      failed leave their console, runner and network
+//	                      logs
 //
 // "make e2e-bundle" packs the compiled suite, krunbox and the image to run
 // on a KVM host without Go (see e2e/bundle/README.md).

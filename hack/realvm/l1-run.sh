@@ -90,7 +90,7 @@ sampler="$sampler $!"
 case $KIND in
 e2e)
 	export KRUNBOX_BIN=$P/krunbox KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_LIBKRUN=real \
-		KRUNBOX_E2E_CPUS=1 KRUNBOX_E2E_NETPROBE=$P/netprobe
+		KRUNBOX_E2E_CPUS=1 KRUNBOX_E2E_NETPROBE=$P/netprobe KRUNBOX_E2E_KEEP_LOGS=$O/logs/sandboxes
 	# a doctor of this L1, for the log
 	KRUNBOX_HOME=/tmp/doctor $P/krunbox doctor >$O/logs/doctor.log 2>&1
 	for t in $TESTS; do gotest e2e.test "$t"; done
@@ -161,7 +161,7 @@ bench)
 			result "$name" $rc $(($(date +%s) - t0)) . '^SKIP' "$log"
 		elif [ "$name" = net ]; then
 			KRUNBOX_BIN=$P/krunbox KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_LIBKRUN=real \
-				KRUNBOX_E2E_CPUS=1 KRUNBOX_E2E_NETPROBE=$P/netprobe \
+				KRUNBOX_E2E_CPUS=1 KRUNBOX_E2E_NETPROBE=$P/netprobe KRUNBOX_E2E_KEEP_LOGS=$O/logs/sandboxes \
 				timeout -s KILL $((DEADLINE + 30)) $P/e2e.test -test.run '^$' -test.bench '^BenchmarkNetwork(Secrets)?$' \
 				-test.benchtime "${n}x" -test.timeout "${DEADLINE}s" -test.v >"$log" 2>&1
 			rc=$?
