@@ -14,8 +14,8 @@ import (
 	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"github.com/krunbox/krunbox/internal/gunzip"
 )
 
 const chunkSize = 1 << 20
@@ -308,7 +308,7 @@ func decompressTo(ctx context.Context, b *blobFetch, sp layerSpec, pipe *chunkPi
 	var r io.Reader = br
 	switch {
 	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(br)
+		zr, err := gunzip.NewReader(br, sp.desc.Size)
 		if err != nil {
 			return &BlobError{Digest: sp.desc.Digest, Err: fmt.Errorf("gzip: %w", err)}
 		}

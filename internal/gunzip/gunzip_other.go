@@ -1,0 +1,13 @@
+//go:build !(cgo && krunbox_libdeflate)
+
+package gunzip
+
+import "io"
+
+// Inflater names the whole-buffer inflater of this build ("" without one).
+const Inflater = ""
+
+// newWholeReader always declines: this build has no libdeflate.
+func newWholeReader(io.Reader, int64) (io.ReadCloser, bool, error) {
+	return nil, false, nil
+}
