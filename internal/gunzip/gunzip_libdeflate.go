@@ -80,6 +80,13 @@ func newWholeReader(r io.Reader, size int64) (_ io.ReadCloser, ok bool, _ error)
 	return z, true, nil
 }
 
+// InMemory reports whether r, from NewReader, inflates in memory ahead of
+// its reads, so that reading it costs little more than a copy.
+func InMemory(r io.Reader) bool {
+	z, ok := r.(*wholeReader)
+	return ok && z.rest == nil
+}
+
 func (z *wholeReader) fail(err error) {
 	z.release()
 	z.err = err

@@ -11,3 +11,7 @@ const Inflater = ""
 func newWholeReader(io.Reader, int64) (io.ReadCloser, bool, error) {
 	return nil, false, nil
 }
+
+// InMemory reports whether r, from NewReader, inflates in memory ahead of
+// its reads; never, in this build.
+func InMemory(io.Reader) bool { return false }
