@@ -1,4 +1,4 @@
-//go:build !(cgo && krunbox_libdeflate)
+//go:build !(cgo && linux && krunbox_libdeflate)
 
 package gunzip
 

@@ -167,3 +167,43 @@ func FuzzNewReader(f *testing.F) {
 		}
 	})
 }
+
+// TestMutations checks thousands of damaged streams (bytes changed,
+// truncated, extended, members repeated) against the reference inflater:
+// the same output, or an error from both. Deterministic, so that it runs in
+// every build, the cgo one included.
+func TestMutations(t *testing.T) {
+	small := content(20000, 9)
+	seeds := [][]byte{gz(t, 6, small), cat(gz(t, 1, small[:5000]), gz(t, 9, small)), gz(t, 0, small[:3000])}
+	r := rand.New(rand.NewPCG(10, 11))
+	for i := range 3000 {
+		in := bytes.Clone(seeds[i%len(seeds)])
+		switch r.IntN(5) {
+		case 0:
+			for range 1 + r.IntN(3) {
+				in[r.IntN(len(in))] ^= byte(1 + r.IntN(255))
+			}
+		case 1:
+			in = in[:r.IntN(len(in))]
+		case 2:
+			for range 1 + r.IntN(20) {
+				in = append(in, byte(r.Uint32()))
+			}
+		case 3:
+			in = cat(in, seeds[r.IntN(len(seeds))])
+		case 4:
+			in[10+r.IntN(len(in)-18)] ^= 1 << r.IntN(8)
+		}
+		if len(in) == 0 {
+			continue
+		}
+		want, wantErr := reference(in)
+		got, err := decompress(in, int64(len(in)))
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("case %d: err = %v, the reference's = %v", i, err, wantErr)
+		}
+		if err == nil && !bytes.Equal(got, want) {
+			t.Fatalf("case %d: %d bytes that differ from the reference's %d", i, len(got), len(want))
+		}
+	}
+}
