@@ -20,7 +20,7 @@ if deb=$(hack/bench-oci-debian.sh "$PWD/build/bench-oci/debian"); then
 else
 	echo "bench-oci: no Debian packages (apt-get download failed): the real-content image is skipped" >&2
 fi
-BENCH=(-run '^$' -bench "${BENCH_OCI:-.}" -benchtime "${BENCHTIME_OCI:-5x}" -timeout 30m ./oci/)
+BENCH=(-tags "${GO_TAGS:-}" -run '^$' -bench "${BENCH_OCI:-.}" -benchtime "${BENCHTIME_OCI:-5x}" -timeout 30m ./oci/)
 if [ "$(id -u)" != 0 ] || ! command -v mkfs.ext4 >/dev/null; then
 	echo "bench-oci: not root or no mkfs.ext4: measuring in ${TMPDIR:-/tmp}" >&2
 	exec $GO test "${BENCH[@]}"

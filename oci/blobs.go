@@ -14,8 +14,8 @@ import (
 	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"github.com/krunbox/krunbox/internal/gunzip"
 )
 
 const chunkSize = 1 << 20
@@ -215,10 +215,11 @@ func (r *fetchReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// decompress streams the layer blob through its decompressor into pipe.
-// The reader of the pipe hashes what it takes, so that the hash of the
-// uncompressed content (the diff_id) does not slow the decompressor down;
-// it checks the digest at the end of the stream.
+// decompress streams the layer blob through its decompressor into pipe,
+// whose reader checks the digest of the uncompressed content (the diff_id)
+// at the end of the stream. Whichever side is not the slower one hashes
+// it: the reader, behind a decompressor that inflates as it is read; the
+// decompressor, when it has inflated in memory ahead of its reads.
 func decompress(ctx context.Context, s *Store, b *blobFetch, sp layerSpec, pipe *chunkPipe) {
 	pipe.verify = func(got v1.Hash) error {
 		if got == sp.diffID {
@@ -308,12 +309,13 @@ func decompressTo(ctx context.Context, b *blobFetch, sp layerSpec, pipe *chunkPi
 	var r io.Reader = br
 	switch {
 	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(br)
+		zr, err := gunzip.NewReader(br, sp.desc.Size)
 		if err != nil {
 			return &BlobError{Digest: sp.desc.Digest, Err: fmt.Errorf("gzip: %w", err)}
 		}
 		defer zr.Close()
 		r = zr
+		pipe.hashSent = gunzip.InMemory(zr)
 	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
 		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
 		if err != nil {
@@ -345,16 +347,17 @@ func decompressTo(ctx context.Context, b *blobFetch, sp layerSpec, pipe *chunkPi
 
 // chunkPipe carries a decompressed layer from its decompressor to the
 // applier in 1 MiB chunks, with a few chunks of slack so that both run at
-// once. Its reader hashes the stream and, at its end, has verify check the
-// digest.
+// once. The stream is hashed by its reader, or by its sender when hashSent
+// is set, and at its end the reader has verify check the digest.
 type chunkPipe struct {
-	ch     chan []byte
-	free   chan []byte
-	err    error // set before ch is closed
-	cur    []byte
-	off    int
-	h      hash.Hash
-	verify func(v1.Hash) error // set before the first send
+	ch       chan []byte
+	free     chan []byte
+	err      error // set before ch is closed
+	cur      []byte
+	off      int
+	h        hash.Hash
+	hashSent bool                // set before the first send
+	verify   func(v1.Hash) error // set before the first send
 }
 
 const pipeChunks = 16
@@ -373,6 +376,9 @@ func (p *chunkPipe) buffer() []byte {
 }
 
 func (p *chunkPipe) send(ctx context.Context, b []byte) error {
+	if p.hashSent {
+		p.h.Write(b)
+	}
 	select {
 	case p.ch <- b:
 		return nil
@@ -423,7 +429,9 @@ func (p *chunkPipe) Read(b []byte) (int, error) {
 			}
 			return 0, io.EOF
 		}
-		p.h.Write(c)
+		if !p.hashSent {
+			p.h.Write(c)
+		}
 		p.cur, p.off = c, 0
 	}
 	n := copy(b, p.cur[p.off:])

@@ -414,16 +414,21 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 	defer a.Close()
 
 	fetches := make([]*blobFetch, len(specs))
-	jobs := make(chan struct{}, s.opts.jobs)
 	for i, sp := range specs {
-		b := newBlobFetch(sp.desc)
-		fetches[i] = b
-		go func() {
-			jobs <- struct{}{}
-			defer func() { <-jobs }()
-			b.run(ctx, s, sp, func(state ProgressState, done int64) { report(i, state, done) })
-		}()
+		fetches[i] = newBlobFetch(sp.desc)
 	}
+	// The fetches start in the layers' order, as slots free up: the
+	// applier needs the first layer first.
+	go func() {
+		jobs := make(chan struct{}, s.opts.jobs)
+		for i, sp := range specs {
+			jobs <- struct{}{}
+			go func() {
+				defer func() { <-jobs }()
+				fetches[i].run(ctx, s, sp, func(state ProgressState, done int64) { report(i, state, done) })
+			}()
+		}
+	}()
 	defer func() {
 		cancel()
 		for _, b := range fetches {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1007,5 +1008,50 @@ func damageStaleTree(t *testing.T, img *oci.Image) {
 	}
 	if err := os.WriteFile(filepath.Join(img.Rootfs, "etc", "passwd"), []byte("damaged"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Layers are fetched in their order, so that the applier, which needs the
+// first one first, does not wait behind the fetches of later ones.
+func TestFetchOrder(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	reg := testimage.NewRegistry(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+				mu.Lock()
+				got = append(got, r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:])
+				mu.Unlock()
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	var layers []v1.Layer
+	for i := range 8 {
+		layers = append(layers, testimage.Layer(t, testimage.File("f"+strconv.Itoa(i), strings.Repeat("x", i+1), 0o644)))
+	}
+	img := testimage.Image(t, "", testimage.Config{}, layers...)
+	ref := reg.Push(t, "order", "latest", img)
+	var want []string
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, d.String())
+	}
+	if _, err := openStore(t, oci.WithJobs(1)).Pull(t.Context(), ref); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var fetched []string
+	for _, d := range got {
+		if slices.Contains(want, d) {
+			fetched = append(fetched, d)
+		}
+	}
+	if !slices.Equal(fetched, want) {
+		t.Fatalf("layers fetched in the order\n%s\nwant\n%s", strings.Join(fetched, "\n"), strings.Join(want, "\n"))
 	}
 }
