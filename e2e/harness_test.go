@@ -185,7 +185,8 @@ func (e *env) keepLogs(dir string) {
 			if err != nil {
 				continue
 			}
-			if err := os.MkdirAll(dir, 0o755); err == nil {
+			err = os.MkdirAll(dir, 0o755)
+			if err == nil {
 				err = os.WriteFile(filepath.Join(dir, test+"-"+filepath.Base(sb)+"-"+f), b, 0o644)
 			}
 			if err != nil {
