@@ -178,6 +178,27 @@ func (tn *testNet) refusals() []Refusal {
 
 // echoServer listens on addr (a loopback address) and answers each
 // connection with "hello" and then what it reads.
+// udpEcho serves UDP on addr (its port returned), answering each datagram
+// with itself after prefix, until the test ends.
+func udpEcho(t *testing.T, addr, prefix string) uint16 {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 65535)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo(append([]byte(prefix), buf[:n]...), from)
+		}
+	}()
+	return uint16(pc.LocalAddr().(*net.UDPAddr).Port)
+}
+
 func echoServer(t *testing.T, addr string) (port uint16, hits func() int) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -388,22 +409,7 @@ func TestInterceptor(t *testing.T) {
 
 func TestUDP(t *testing.T) {
 	tn := newTestNet(t, "public", nil)
-	pc, err := net.ListenPacket("udp", "127.0.0.2:0")
-	if err != nil {
-		t.Skip(err)
-	}
-	defer pc.Close()
-	go func() {
-		buf := make([]byte, 100)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo(append([]byte("re:"), buf[:n]...), from)
-		}
-	}()
-	port := uint16(pc.LocalAddr().(*net.UDPAddr).Port)
+	port := udpEcho(t, "127.0.0.2:0", "re:")
 	send := func(dst netip.Addr) (string, error) {
 		c, err := gonet.DialUDP(tn.guest, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpipAddr(dst), Port: port}, ipv4.ProtocolNumber)
 		if err != nil {
@@ -574,22 +580,7 @@ func TestBigFrames(t *testing.T) {
 	}
 	t.Run("UDP", func(t *testing.T) {
 		tn := newTestNet(t, "public", nil)
-		pc, err := net.ListenPacket("udp", "127.0.0.2:0")
-		if err != nil {
-			t.Skip(err)
-		}
-		defer pc.Close()
-		go func() {
-			buf := make([]byte, 65535)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				pc.WriteTo(buf[:n], from)
-			}
-		}()
-		port := uint16(pc.LocalAddr().(*net.UDPAddr).Port)
+		port := udpEcho(t, "127.0.0.2:0", "")
 		c, err := gonet.DialUDP(tn.guest, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpipAddr(netip.MustParseAddr("198.51.100.2")), Port: port}, ipv4.ProtocolNumber)
 		if err != nil {
 			t.Fatal(err)
