@@ -162,6 +162,7 @@ bench)
 		elif [ "$name" = net ]; then
 			KRUNBOX_BIN=$P/krunbox KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_LIBKRUN=real \
 				KRUNBOX_E2E_CPUS=1 KRUNBOX_E2E_NETPROBE=$P/netprobe KRUNBOX_E2E_KEEP_LOGS=$O/logs/sandboxes \
+				KRUNBOX_E2E_NET_MIB=32 \
 				timeout -s KILL $((DEADLINE + 30)) $P/e2e.test -test.run '^$' -test.bench '^BenchmarkNetwork(Secrets)?$' \
 				-test.benchtime "${n}x" -test.timeout "${DEADLINE}s" -test.v >"$log" 2>&1
 			rc=$?
