@@ -151,6 +151,8 @@ func testNetRefusalsAndRules(t *testing.T, e *env) {
 	if r := e.krunbox("inspect", "nb"); !strings.Contains(r.stdout, `"network": "allow=ok.test,kept.test:8080"`) {
 		t.Errorf("inspect after network allow: want the rule recorded: %s", r)
 	}
+	e.ok("cp", netprobe(t), "nb:/netprobe")
+	checkDNSAnswers(t, e, "nb")
 	checkSNIRefused(t, e, w, "nb")
 	// A malformed rule at create: a clear error, exit 125.
 	checkKrunboxError(t, e.krunbox("create", "--net", "allow=ok.test:99999", image), "port")
@@ -335,10 +337,29 @@ func serveBig(t *testing.T, addr string, size int) *hitServer {
 	return h
 }
 
+// checkDNSAnswers: the stack's DNS, asked from the guest as musl asks it:
+// the AAAA question of an allowed name with IPv4 addresses only gets NODATA
+// (musl gives up the whole lookup on NXDOMAIN), its A question the address,
+// a name that does not exist or is not allowed NXDOMAIN. name is a started
+// sandbox allowing ok.test, which has an IPv4 address only, with /netprobe.
+func checkDNSAnswers(t *testing.T, e *env, name string) {
+	for _, c := range []struct{ name, qtype, want string }{
+		{"ok.test", "AAAA", "RCodeSuccess 0\n"},
+		{"ok.test", "A", "RCodeSuccess 1\n"},
+		{"ok.test", "TXT", "RCodeSuccess 0\n"},
+		{"nowhere.ok.test", "A", "RCodeNameError 0\n"},
+		{"notallowed.test", "AAAA", "RCodeNameError 0\n"},
+	} {
+		if r := e.krunbox("exec", name, "/netprobe", "dns", c.name, c.qtype); r.code != 0 || r.stdout != c.want {
+			t.Errorf("DNS %s %s: want %q: %s", c.qtype, c.name, c.want, r)
+		}
+	}
+}
+
 // checkSNIRefused: under allow=, TLS on 443 to the address of an allowed
 // name, asking for another server name (SNI), is reset, and the refusal is
 // in logs --net; asking for the allowed name goes through. name is a
-// started sandbox with an allow= network.
+// started sandbox with an allow= network and /netprobe.
 func checkSNIRefused(t *testing.T, e *env, w *netWorld, name string) {
 	// Port 443 on 127.0.0.5, which the stack's test hooks show the guest
 	// as 198.51.100.5.
@@ -364,7 +385,6 @@ func checkSNIRefused(t *testing.T, e *env, w *netWorld, name string) {
 	if r := e.krunbox("network", name, "allow", "sni.test:443"); r.code != 0 {
 		t.Fatalf("network allow: %s", r)
 	}
-	e.ok("cp", netprobe(t), name+":/netprobe")
 	if r := e.krunbox("exec", name, "/netprobe", "hello", "sni.test:443", "sni.test"); r.code != 0 || r.stdout != "ok\n" || hellos.Load() != 1 {
 		t.Fatalf("TLS to sni.test asking for sni.test: want a handshake: %s (%d connections)", r, hellos.Load())
 	}
