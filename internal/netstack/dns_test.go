@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -115,4 +116,22 @@ func TestDNSRecordsRecordNothing(t *testing.T) {
 	wantRefused(t, tn, "198.51.100.2:"+portString(port))
 	tn.lookup(t, "srv.ok.test")
 	wantHello(t, tn, "198.51.100.2:"+portString(port))
+}
+
+// BenchmarkDNSAddrs: the A and AAAA questions of a name, asked at once as
+// the guest's libc asks them, answered from the upstream test server.
+func BenchmarkDNSAddrs(b *testing.B) {
+	tn := newTestNet(b, "public", nil)
+	tn.setDNS("a-only.test", "198.51.100.2")
+	for b.Loop() {
+		var wg sync.WaitGroup
+		for _, qt := range []dnsmessage.Type{dnsmessage.TypeA, dnsmessage.TypeAAAA} {
+			wg.Go(func() {
+				if m := tn.query(b, "a-only.test", qt); m.RCode == dnsmessage.RCodeServerFailure {
+					b.Error(m.RCode)
+				}
+			})
+		}
+		wg.Wait()
+	}
 }

@@ -152,7 +152,7 @@ func (tn *testNet) lookup(t *testing.T, name string) (dnsmessage.RCode, []netip.
 
 // query asks the stack's DNS server one question over UDP, as the guest
 // would, and returns the answer.
-func (tn *testNet) query(t *testing.T, name string, qtype dnsmessage.Type) *dnsmessage.Message {
+func (tn *testNet) query(t testing.TB, name string, qtype dnsmessage.Type) *dnsmessage.Message {
 	t.Helper()
 	c, err := gonet.DialUDP(tn.guest, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpipAddr(GatewayIPv4), Port: 53}, ipv4.ProtocolNumber)
 	if err != nil {
