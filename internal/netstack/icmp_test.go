@@ -161,3 +161,36 @@ func TestEchoReply(t *testing.T) {
 		}
 	}
 }
+
+// TestEchoPolicy: an echo goes on where a connection on every port would.
+func TestEchoPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		spec, dst, resolve string
+		want               bool
+	}{
+		{"public", "198.51.100.2", "", true},
+		{"public", "10.0.0.5", "", false},
+		{"public", "192.168.127.9", "", false},
+		{"allow=198.51.100.2", "198.51.100.2", "", true},
+		{"allow=198.51.100.0/24", "198.51.100.3", "", true},
+		{"allow=198.51.100.2:443", "198.51.100.2", "", false}, // a rule with ports
+		{"allow=ok.test", "198.51.100.2", "", false},          // not resolved
+		{"allow=ok.test", "198.51.100.2", "ok.test", true},
+		{"allow=ok.test:443", "198.51.100.2", "ok.test", false},
+		{"open", "198.51.100.3", "", true},
+	} {
+		t.Run(tc.spec+"/"+tc.dst, func(t *testing.T) {
+			tn := newTestNet(t, tc.spec, nil)
+			if tc.resolve != "" {
+				tn.setDNS(tc.resolve, tc.dst)
+				tn.lookup(t, tc.resolve)
+			}
+			if got := tn.st.forwardEcho(echoRequest{src: GuestIPv4, dst: netip.MustParseAddr(tc.dst), seq: 1}); got != tc.want {
+				t.Errorf("echo sent: %v, want %v", got, tc.want)
+			}
+			if r := tn.refusals(); tc.want != (len(r) == 0) || !tc.want && (r[0].Proto != "icmp" || r[0].Addr != tc.dst) {
+				t.Errorf("refusals: %+v", r)
+			}
+		})
+	}
+}
