@@ -155,6 +155,19 @@ func testNetRefusalsAndRules(t *testing.T, e *env) {
 	}
 	e.ok("cp", netprobe(t), "nb:/netprobe")
 	checkDNSAnswers(t, e, "nb")
+	// ICMP under allow=: to the address of ok.test (allowed on every
+	// port, and resolved just now) answered when the runner may ping;
+	// to another refused, unanswered, and in logs --net.
+	want := "1\n1\n"
+	if hostCanPing() {
+		want = "0\n1\n"
+	}
+	if r := e.krunbox("exec", "nb", "sh", "-c", "ping -c 1 -W 5 198.51.100.2 >/dev/null; echo $?; ping -c 1 -W 1 198.51.100.9 >/dev/null; echo $?"); r.stdout != want {
+		t.Errorf("ICMP under allow=ok.test: want %q: %s", want, r)
+	}
+	if r := e.krunbox("logs", "--net", "nb"); !strings.Contains(r.stdout, "refused icmp - 198.51.100.9") {
+		t.Errorf("logs --net: want the refused echo: %s", r)
+	}
 	checkSNIRefused(t, e, w, "nb")
 	// A malformed rule at create: a clear error, exit 125.
 	checkKrunboxError(t, e.krunbox("create", "--net", "allow=ok.test:99999", image), "port")
