@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"golang.org/x/net/icmp"
+
 	"github.com/krunbox/krunbox/internal/testutil/dnstest"
 )
 
@@ -151,6 +153,21 @@ func testNetRefusalsAndRules(t *testing.T, e *env) {
 	if r := e.krunbox("inspect", "nb"); !strings.Contains(r.stdout, `"network": "allow=ok.test,kept.test:8080"`) {
 		t.Errorf("inspect after network allow: want the rule recorded: %s", r)
 	}
+	e.ok("cp", netprobe(t), "nb:/netprobe")
+	checkDNSAnswers(t, e, "nb")
+	// ICMP under allow=: to the address of ok.test (allowed on every
+	// port, and resolved just now) answered when the runner may ping;
+	// to another refused, unanswered, and in logs --net.
+	want := "1\n1\n"
+	if hostCanPing() {
+		want = "0\n1\n"
+	}
+	if r := e.krunbox("exec", "nb", "sh", "-c", "ping -c 1 -W 5 198.51.100.2 >/dev/null; echo $?; ping -c 1 -W 1 198.51.100.9 >/dev/null; echo $?"); r.stdout != want {
+		t.Errorf("ICMP under allow=ok.test: want %q: %s", want, r)
+	}
+	if r := e.krunbox("logs", "--net", "nb"); !strings.Contains(r.stdout, "refused icmp - 198.51.100.9") {
+		t.Errorf("logs --net: want the refused echo: %s", r)
+	}
 	checkSNIRefused(t, e, w, "nb")
 	// A malformed rule at create: a clear error, exit 125.
 	checkKrunboxError(t, e.krunbox("create", "--net", "allow=ok.test:99999", image), "port")
@@ -216,10 +233,16 @@ func testNetProtocols(t *testing.T, e *env) {
 	if r.code == 0 || udpHits.Load() != before {
 		t.Errorf("UDP to a private address: %s", r)
 	}
-	// ICMP: the gateway answers; nothing else is forwarded.
-	r = e.krunbox("run", "--rm", image, "--", "sh", "-c", "ping -c 1 -W 2 192.168.127.1 >/dev/null; echo $?; ping -c 1 -W 1 198.51.100.2 >/dev/null; echo $?")
-	if r.stdout != "0\n1\n" {
-		t.Errorf("ICMP: want the gateway to answer and nothing else: %s", r)
+	// ICMP: the gateway answers; an echo to a public address is sent
+	// from the host (when the runner may send one: a ping socket or a
+	// raw one), one to a private address is refused, unanswered.
+	want := "0\n1\n1\n"
+	if hostCanPing() {
+		want = "0\n0\n1\n"
+	}
+	r = e.krunbox("run", "--rm", image, "--", "sh", "-c", "ping -c 1 -W 2 192.168.127.1 >/dev/null; echo $?; ping -c 1 -W 5 198.51.100.2 >/dev/null; echo $?; ping -c 1 -W 1 10.0.0.5 >/dev/null; echo $?")
+	if r.stdout != want {
+		t.Errorf("ICMP: want the gateway and (%q) the public address to answer, not the private one: %s", want, r)
 	}
 	// IPv6: the host's ::1 through the gateway under open; a ULA refused
 	// under public.
@@ -335,10 +358,29 @@ func serveBig(t *testing.T, addr string, size int) *hitServer {
 	return h
 }
 
+// checkDNSAnswers: the stack's DNS, asked from the guest as musl asks it:
+// the AAAA question of an allowed name with IPv4 addresses only gets NODATA
+// (musl gives up the whole lookup on NXDOMAIN), its A question the address,
+// a name that does not exist or is not allowed NXDOMAIN. name is a started
+// sandbox allowing ok.test, which has an IPv4 address only, with /netprobe.
+func checkDNSAnswers(t *testing.T, e *env, name string) {
+	for _, c := range []struct{ name, qtype, want string }{
+		{"ok.test", "AAAA", "RCodeSuccess 0\n"},
+		{"ok.test", "A", "RCodeSuccess 1\n"},
+		{"ok.test", "TXT", "RCodeSuccess 0\n"},
+		{"nowhere.ok.test", "A", "RCodeNameError 0\n"},
+		{"notallowed.test", "AAAA", "RCodeNameError 0\n"},
+	} {
+		if r := e.krunbox("exec", name, "/netprobe", "dns", c.name, c.qtype); r.code != 0 || r.stdout != c.want {
+			t.Errorf("DNS %s %s: want %q: %s", c.qtype, c.name, c.want, r)
+		}
+	}
+}
+
 // checkSNIRefused: under allow=, TLS on 443 to the address of an allowed
 // name, asking for another server name (SNI), is reset, and the refusal is
 // in logs --net; asking for the allowed name goes through. name is a
-// started sandbox with an allow= network.
+// started sandbox with an allow= network and /netprobe.
 func checkSNIRefused(t *testing.T, e *env, w *netWorld, name string) {
 	// Port 443 on 127.0.0.5, which the stack's test hooks show the guest
 	// as 198.51.100.5.
@@ -364,7 +406,6 @@ func checkSNIRefused(t *testing.T, e *env, w *netWorld, name string) {
 	if r := e.krunbox("network", name, "allow", "sni.test:443"); r.code != 0 {
 		t.Fatalf("network allow: %s", r)
 	}
-	e.ok("cp", netprobe(t), name+":/netprobe")
 	if r := e.krunbox("exec", name, "/netprobe", "hello", "sni.test:443", "sni.test"); r.code != 0 || r.stdout != "ok\n" || hellos.Load() != 1 {
 		t.Fatalf("TLS to sni.test asking for sni.test: want a handshake: %s (%d connections)", r, hellos.Load())
 	}
@@ -375,4 +416,17 @@ func checkSNIRefused(t *testing.T, e *env, w *netWorld, name string) {
 	if r := e.krunbox("logs", "--net", name); !strings.Contains(r.stdout, "refused tls evil.test 198.51.100.5:443") {
 		t.Errorf("logs --net: want the refused server name: %s", r)
 	}
+}
+
+// hostCanPing reports whether this process can send ICMP echoes (a ping
+// socket, or a raw socket as root), as the sandbox's runner must to
+// forward the guest's.
+func hostCanPing() bool {
+	for _, network := range []string{"udp4", "ip4:icmp"} {
+		if c, err := icmp.ListenPacket(network, ""); err == nil {
+			c.Close()
+			return true
+		}
+	}
+	return false
 }

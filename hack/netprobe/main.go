@@ -9,6 +9,10 @@
 //	netprobe hello ADDR NAME  a TLS handshake with ADDR (host:port) asking for
 //	                          server name NAME, trusting any certificate;
 //	                          prints ok (the SNI scenario: a mismatch is reset)
+//	netprobe dns NAME TYPE    one question (TYPE A, AAAA, TXT, MX, ...) to the
+//	                          first name server of /etc/resolv.conf, as musl
+//	                          asks it; prints the rcode and the number of
+//	                          answers (the NODATA scenario)
 //
 // It is built static and copied into the guest by the benchmark.
 package main
@@ -23,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 func main() {
@@ -94,8 +100,67 @@ func run(args []string) error {
 		c.Close()
 		fmt.Println("ok")
 		return nil
+	case len(args) == 3 && args[0] == "dns":
+		rcode, n, err := ask(args[1], args[2])
+		if err != nil {
+			return err
+		}
+		fmt.Println(rcode, n)
+		return nil
 	}
-	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe get URL [NAME:VALUE...] | netprobe fetch URL [NAME:VALUE...] | netprobe hello ADDR NAME")
+	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe get URL [NAME:VALUE...] | netprobe fetch URL [NAME:VALUE...] | netprobe hello ADDR NAME | netprobe dns NAME TYPE")
+}
+
+// ask sends one question of type typ (its name: A, AAAA, TXT, ...) about
+// name to the first name server of /etc/resolv.conf, over UDP, and
+// returns the answer's rcode and number of answers.
+func ask(name, typ string) (dnsmessage.RCode, int, error) {
+	qtype, ok := map[string]dnsmessage.Type{"A": dnsmessage.TypeA, "AAAA": dnsmessage.TypeAAAA, "TXT": dnsmessage.TypeTXT, "MX": dnsmessage.TypeMX, "SRV": dnsmessage.TypeSRV, "NS": dnsmessage.TypeNS, "CNAME": dnsmessage.TypeCNAME}[typ]
+	if !ok {
+		return 0, 0, fmt.Errorf("dns: unknown type %q", typ)
+	}
+	conf, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		return 0, 0, err
+	}
+	var server string
+	for line := range strings.Lines(string(conf)) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "nameserver" {
+			server = f[1]
+			break
+		}
+	}
+	if server == "" {
+		return 0, 0, fmt.Errorf("dns: no name server in /etc/resolv.conf")
+	}
+	qname, err := dnsmessage.NewName(strings.TrimSuffix(name, ".") + ".")
+	if err != nil {
+		return 0, 0, fmt.Errorf("dns: %w", err)
+	}
+	q := dnsmessage.Message{Header: dnsmessage.Header{ID: 1, RecursionDesired: true}, Questions: []dnsmessage.Question{{Name: qname, Type: qtype, Class: dnsmessage.ClassINET}}}
+	b, err := q.Pack()
+	if err != nil {
+		return 0, 0, err
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(server, "53"))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(b); err != nil {
+		return 0, 0, err
+	}
+	buf := make([]byte, 65535)
+	n, err := c.Read(buf)
+	if err != nil {
+		return 0, 0, err
+	}
+	var m dnsmessage.Message
+	if err := m.Unpack(buf[:n]); err != nil {
+		return 0, 0, fmt.Errorf("dns: the answer: %w", err)
+	}
+	return m.RCode, len(m.Answers), nil
 }
 
 // request is a GET of url with headers, each NAME:VALUE.

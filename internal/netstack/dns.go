@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -124,9 +125,12 @@ func (st *Stack) serveDNSTCP(l *gonet.TCPListener) {
 	}
 }
 
-// answer answers one DNS query: A and AAAA questions for names the policy
-// allows, resolved upstream; NXDOMAIN for the others; an empty answer for
-// other types. It returns nil for a message not worth an answer.
+// answer answers one DNS query for a name the policy allows, resolved
+// upstream: A and AAAA with addresses, TXT, MX, SRV, NS and CNAME with
+// their records; NOERROR with no answer (NODATA) for a name that exists
+// without records of the type asked, or for another type; NXDOMAIN for a
+// name that does not exist or that no rule allows. It returns nil for a
+// message not worth an answer.
 func (st *Stack) answer(query []byte, maxSize int) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(query)
@@ -150,47 +154,154 @@ func (st *Stack) answer(query []byte, maxSize int) []byte {
 		st.refuse(Refusal{Proto: "dns", Name: trimDot(name), Reason: "no rule allows this name"})
 		return pack(&resp, maxSize)
 	}
-	network := ""
-	switch q.Type {
-	case dnsmessage.TypeA:
-		network = "ip4"
-	case dnsmessage.TypeAAAA:
-		network = "ip6"
-	default:
-		return pack(&resp, maxSize) // no data of that type here
-	}
 	ctx, cancel := context.WithTimeout(st.ctx, lookupTimeout)
 	defer cancel()
-	addrs, err := st.resolver.LookupNetIP(ctx, network, trimDot(name))
-	if err != nil {
-		var de *net.DNSError
-		switch {
-		case errors.As(err, &de) && de.IsNotFound:
-			// An empty answer for the other family of a name that
-			// exists would be better; NXDOMAIN for both is what the
-			// resolver tells us.
-			resp.RCode = dnsmessage.RCodeNameError
-		default:
-			resp.RCode = dnsmessage.RCodeServerFailure
+	switch q.Type {
+	case dnsmessage.TypeA, dnsmessage.TypeAAAA:
+		resp.Answers, resp.RCode = st.answerAddrs(ctx, q)
+	case dnsmessage.TypeTXT, dnsmessage.TypeMX, dnsmessage.TypeSRV, dnsmessage.TypeNS, dnsmessage.TypeCNAME:
+		resp.Answers, err = st.records(ctx, q)
+		if err != nil {
+			resp.RCode = st.failure(ctx, name, err)
 		}
-		return pack(&resp, maxSize)
 	}
-	var kept []netip.Addr
+	return pack(&resp, maxSize)
+}
+
+// answerAddrs answers an A or AAAA question. It looks up both families at
+// once (one lookup for the guest's two questions, which the resolver
+// merges), so that a name with addresses of the other family only gets
+// NODATA rather than NXDOMAIN: musl gives up a whole lookup when either
+// of its two answers is NXDOMAIN. Every address found is recorded in the
+// policy.
+func (st *Stack) answerAddrs(ctx context.Context, q dnsmessage.Question) ([]dnsmessage.Resource, dnsmessage.RCode) {
+	name := q.Name.String()
+	addrs, err := st.resolver.LookupNetIP(ctx, "ip", name)
+	if err != nil {
+		return nil, rcodeOf(err)
+	}
+	for i, a := range addrs {
+		addrs[i] = a.Unmap()
+	}
+	st.cfg.Policy.Resolved(name, addrs)
+	var rrs []dnsmessage.Resource
 	for _, a := range addrs {
-		a = a.Unmap()
 		hdr := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: dnsTTL}
 		switch {
 		case q.Type == dnsmessage.TypeA && a.Is4():
-			resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: hdr, Body: &dnsmessage.AResource{A: a.As4()}})
+			rrs = append(rrs, dnsmessage.Resource{Header: hdr, Body: &dnsmessage.AResource{A: a.As4()}})
 		case q.Type == dnsmessage.TypeAAAA && a.Is6():
-			resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: hdr, Body: &dnsmessage.AAAAResource{AAAA: a.As16()}})
-		default:
-			continue
+			rrs = append(rrs, dnsmessage.Resource{Header: hdr, Body: &dnsmessage.AAAAResource{AAAA: a.As16()}})
 		}
-		kept = append(kept, a)
 	}
-	st.cfg.Policy.Resolved(name, kept)
-	return pack(&resp, maxSize)
+	return rrs, dnsmessage.RCodeSuccess
+}
+
+// records looks up a TXT, MX, SRV, NS or CNAME question's records. The
+// names in them grant nothing: a connection to a target still needs the
+// target resolved through answer, which the policy checks.
+func (st *Stack) records(ctx context.Context, q dnsmessage.Question) ([]dnsmessage.Resource, error) {
+	name := q.Name.String()
+	var bodies []dnsmessage.ResourceBody
+	// The resolver drops records with malformed names and returns an
+	// error along with the others: those others are answered.
+	switch q.Type {
+	case dnsmessage.TypeTXT:
+		txts, err := st.resolver.LookupTXT(ctx, name)
+		if len(txts) == 0 {
+			return nil, err
+		}
+		for _, t := range txts {
+			bodies = append(bodies, &dnsmessage.TXTResource{TXT: splitTXT(t)})
+		}
+	case dnsmessage.TypeMX:
+		mxs, err := st.resolver.LookupMX(ctx, name)
+		if len(mxs) == 0 {
+			return nil, err
+		}
+		for _, mx := range mxs {
+			if n, err := dnsmessage.NewName(fqdn(mx.Host)); err == nil {
+				bodies = append(bodies, &dnsmessage.MXResource{Pref: mx.Pref, MX: n})
+			}
+		}
+	case dnsmessage.TypeSRV:
+		_, srvs, err := st.resolver.LookupSRV(ctx, "", "", name)
+		if len(srvs) == 0 {
+			return nil, err
+		}
+		for _, s := range srvs {
+			if n, err := dnsmessage.NewName(fqdn(s.Target)); err == nil {
+				bodies = append(bodies, &dnsmessage.SRVResource{Priority: s.Priority, Weight: s.Weight, Port: s.Port, Target: n})
+			}
+		}
+	case dnsmessage.TypeNS:
+		nss, err := st.resolver.LookupNS(ctx, name)
+		if len(nss) == 0 {
+			return nil, err
+		}
+		for _, ns := range nss {
+			if n, err := dnsmessage.NewName(fqdn(ns.Host)); err == nil {
+				bodies = append(bodies, &dnsmessage.NSResource{NS: n})
+			}
+		}
+	case dnsmessage.TypeCNAME:
+		cname, err := st.resolver.LookupCNAME(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		// The resolver gives the name itself when it has no CNAME.
+		if n, err := dnsmessage.NewName(fqdn(cname)); err == nil && !strings.EqualFold(n.String(), name) {
+			bodies = append(bodies, &dnsmessage.CNAMEResource{CNAME: n})
+		}
+	}
+	rrs := make([]dnsmessage.Resource, len(bodies))
+	for i, b := range bodies {
+		rrs[i] = dnsmessage.Resource{Header: dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: dnsTTL}, Body: b}
+	}
+	return rrs, nil
+}
+
+// failure is the rcode for a failed lookup of a record type other than
+// addresses. The resolver says "not found" both for a name that does not
+// exist and for one without records of that type: a name with addresses
+// exists, and gets NODATA.
+func (st *Stack) failure(ctx context.Context, name string, err error) dnsmessage.RCode {
+	rc := rcodeOf(err)
+	if rc != dnsmessage.RCodeNameError {
+		return rc
+	}
+	if addrs, err := st.resolver.LookupNetIP(ctx, "ip", name); err == nil && len(addrs) > 0 {
+		return dnsmessage.RCodeSuccess
+	}
+	return rc
+}
+
+// rcodeOf is the rcode for a failed upstream lookup: NXDOMAIN when the
+// resolver found nothing, SERVFAIL otherwise.
+func rcodeOf(err error) dnsmessage.RCode {
+	if de, ok := errors.AsType[*net.DNSError](err); ok && de.IsNotFound {
+		return dnsmessage.RCodeNameError
+	}
+	return dnsmessage.RCodeServerFailure
+}
+
+// splitTXT splits a TXT record's text, which the resolver gives joined,
+// into character strings of at most 255 bytes.
+func splitTXT(s string) []string {
+	var parts []string
+	for len(s) > 255 {
+		parts = append(parts, s[:255])
+		s = s[255:]
+	}
+	return append(parts, s)
+}
+
+// fqdn returns n with a trailing dot.
+func fqdn(n string) string {
+	if strings.HasSuffix(n, ".") {
+		return n
+	}
+	return n + "."
 }
 
 // pack packs m, truncated to maxSize (answers dropped, TC set).

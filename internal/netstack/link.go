@@ -31,6 +31,9 @@ const outQueue = 1024
 type streamLink struct {
 	conn net.Conn
 	ch   *channel.Endpoint
+	// onEcho, when not nil, gets the guest's echo requests beyond the
+	// gateway (which the stack does not see).
+	onEcho func(echoRequest) bool
 }
 
 func newStreamLink(conn net.Conn) *streamLink {
@@ -60,6 +63,9 @@ func (l *streamLink) readLoop() error {
 			return fmt.Errorf("read a frame from the guest: %w", err)
 		}
 		if dropInbound(v.AsSlice()) {
+			if e, ok := parseEcho(v.AsSlice()); ok && l.onEcho != nil {
+				l.onEcho(e)
+			}
 			v.Release()
 			continue
 		}
@@ -118,7 +124,7 @@ func (l *streamLink) writeLoop(ctx context.Context) error {
 // dropInbound reports whether a frame from the guest is an ICMP echo
 // request to anything but the gateway. The stack accepts packets for every
 // address (it forwards), so it would answer those echoes itself, telling
-// the guest that any host is up; krunbox forwards no ICMP.
+// the guest that any host is up: readLoop hands those to onEcho instead.
 func dropInbound(frame []byte) bool {
 	eth := header.Ethernet(frame)
 	payload := frame[header.EthernetMinimumSize:]

@@ -30,7 +30,7 @@ import (
 // Refusal is a connection or a DNS question the policy refused.
 type Refusal struct {
 	Time time.Time `json:"time"`
-	// Proto is "tcp", "udp", "dns" or "tls".
+	// Proto is "tcp", "udp", "icmp", "dns" or "tls".
 	Proto string `json:"proto"`
 	// Name is the host name: the one asked for (dns), the TLS server
 	// name (tls), or the name the sandbox resolved to Addr.
@@ -74,6 +74,7 @@ type Stack struct {
 	refusedMu sync.Mutex
 	refused   map[string]time.Time
 	dnsSlots  chan struct{}
+	echoSlots chan struct{}
 }
 
 const nicID = 1
@@ -95,7 +96,8 @@ func Start(conn net.Conn, cfg Config) (*Stack, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &Stack{cfg: cfg, link: newStreamLink(conn), ctx: ctx, cancel: cancel, refused: map[string]time.Time{}, dnsSlots: make(chan struct{}, maxDNSInFlight), resolver: newResolver(cfg.DNS)}
+	st := &Stack{cfg: cfg, link: newStreamLink(conn), ctx: ctx, cancel: cancel, refused: map[string]time.Time{}, dnsSlots: make(chan struct{}, maxDNSInFlight), echoSlots: make(chan struct{}, maxEchoesInFlight), resolver: newResolver(cfg.DNS)}
+	st.link.onEcho = st.forwardEcho
 	st.s = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},

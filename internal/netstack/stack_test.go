@@ -136,15 +136,30 @@ func (tn *testNet) dial(ctx context.Context, dst string) (net.Conn, error) {
 	return gonet.DialContextTCP(ctx, tn.guest, tcpip.FullAddress{NIC: 1, Addr: tcpipAddr(ap.Addr()), Port: ap.Port()}, proto)
 }
 
-// lookup asks the stack's DNS server, as the guest would.
+// lookup asks the stack's DNS server for name's IPv4 addresses, as the
+// guest would.
 func (tn *testNet) lookup(t *testing.T, name string) (dnsmessage.RCode, []netip.Addr) {
+	t.Helper()
+	m := tn.query(t, name, dnsmessage.TypeA)
+	var addrs []netip.Addr
+	for _, a := range m.Answers {
+		if r, ok := a.Body.(*dnsmessage.AResource); ok {
+			addrs = append(addrs, netip.AddrFrom4(r.A))
+		}
+	}
+	return m.RCode, addrs
+}
+
+// query asks the stack's DNS server one question over UDP, as the guest
+// would, and returns the answer.
+func (tn *testNet) query(t testing.TB, name string, qtype dnsmessage.Type) *dnsmessage.Message {
 	t.Helper()
 	c, err := gonet.DialUDP(tn.guest, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpipAddr(GatewayIPv4), Port: 53}, ipv4.ProtocolNumber)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	q := dnsmessage.Message{Header: dnsmessage.Header{ID: 7, RecursionDesired: true}, Questions: []dnsmessage.Question{{Name: dnsmessage.MustNewName(name + "."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}}}
+	q := dnsmessage.Message{Header: dnsmessage.Header{ID: 7, RecursionDesired: true}, Questions: []dnsmessage.Question{{Name: dnsmessage.MustNewName(name + "."), Type: qtype, Class: dnsmessage.ClassINET}}}
 	b, _ := q.Pack()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := c.Write(b); err != nil {
@@ -153,19 +168,13 @@ func (tn *testNet) lookup(t *testing.T, name string) (dnsmessage.RCode, []netip.
 	buf := make([]byte, 1500)
 	n, err := c.Read(buf)
 	if err != nil {
-		t.Fatalf("lookup %s: %v", name, err)
+		t.Fatalf("query %s %v: %v", name, qtype, err)
 	}
 	var m dnsmessage.Message
 	if err := m.Unpack(buf[:n]); err != nil {
 		t.Fatal(err)
 	}
-	var addrs []netip.Addr
-	for _, a := range m.Answers {
-		if r, ok := a.Body.(*dnsmessage.AResource); ok {
-			addrs = append(addrs, netip.AddrFrom4(r.A))
-		}
-	}
-	return m.RCode, addrs
+	return &m
 }
 
 func (tn *testNet) setDNS(name string, addrs ...string) { tn.dns.Set(name, addrs...) }

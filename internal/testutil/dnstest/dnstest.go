@@ -3,6 +3,7 @@
 package dnstest
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -13,12 +14,16 @@ import (
 )
 
 // Server answers A and AAAA questions with the addresses Set gave a name,
-// and NXDOMAIN for a name it was not given.
+// other questions with the records SetRecords gave it (and A, AAAA and
+// CNAME questions with its CNAME record too), NOERROR with no answer for
+// a name it has nothing of the type asked, and NXDOMAIN for a name it was
+// not given.
 type Server struct {
 	// Addr is the server's address, "127.0.0.1:PORT".
-	Addr  string
-	mu    sync.Mutex
-	names map[string][]netip.Addr
+	Addr    string
+	mu      sync.Mutex
+	names   map[string][]netip.Addr
+	records map[string][]dnsmessage.ResourceBody
 }
 
 // Start serves until the test ends.
@@ -29,7 +34,7 @@ func Start(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pc.Close() })
-	s := &Server{Addr: pc.LocalAddr().String(), names: map[string][]netip.Addr{}}
+	s := &Server{Addr: pc.LocalAddr().String(), names: map[string][]netip.Addr{}, records: map[string][]dnsmessage.ResourceBody{}}
 	go s.serve(pc)
 	return s
 }
@@ -46,8 +51,16 @@ func (s *Server) Set(name string, addrs ...string) {
 	s.names[name] = parsed
 }
 
+// SetRecords gives name records of other types than A and AAAA (TXT, MX,
+// SRV, NS, CNAME, ...), replacing those it had before.
+func (s *Server) SetRecords(name string, rrs ...dnsmessage.ResourceBody) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.records[name] = rrs
+}
+
 func (s *Server) serve(pc net.PacketConn) {
-	buf := make([]byte, 1500)
+	buf := make([]byte, 65535)
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
@@ -59,14 +72,22 @@ func (s *Server) serve(pc net.PacketConn) {
 		}
 		q := m.Questions[0]
 		m.Response, m.Authoritative = true, true
+		name := strings.TrimSuffix(q.Name.String(), ".")
 		s.mu.Lock()
-		addrs, ok := s.names[strings.TrimSuffix(q.Name.String(), ".")]
+		addrs, ok := s.names[name]
+		rrs, hasRecords := s.records[name]
 		s.mu.Unlock()
-		if !ok {
+		if !ok && !hasRecords {
 			m.RCode = dnsmessage.RCodeNameError
 		}
+		h := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 1}
+		for _, rr := range rrs {
+			t := typeOf(rr)
+			if t == q.Type || t == dnsmessage.TypeCNAME && (q.Type == dnsmessage.TypeA || q.Type == dnsmessage.TypeAAAA) {
+				m.Answers = append(m.Answers, dnsmessage.Resource{Header: h, Body: rr})
+			}
+		}
 		for _, a := range addrs {
-			h := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 1}
 			if a.Is4() && q.Type == dnsmessage.TypeA {
 				m.Answers = append(m.Answers, dnsmessage.Resource{Header: h, Body: &dnsmessage.AResource{A: a.As4()}})
 			}
@@ -77,4 +98,21 @@ func (s *Server) serve(pc net.PacketConn) {
 		b, _ := m.Pack()
 		pc.WriteTo(b, from)
 	}
+}
+
+// typeOf is the type of the records SetRecords takes.
+func typeOf(rr dnsmessage.ResourceBody) dnsmessage.Type {
+	switch rr.(type) {
+	case *dnsmessage.CNAMEResource:
+		return dnsmessage.TypeCNAME
+	case *dnsmessage.MXResource:
+		return dnsmessage.TypeMX
+	case *dnsmessage.NSResource:
+		return dnsmessage.TypeNS
+	case *dnsmessage.SRVResource:
+		return dnsmessage.TypeSRV
+	case *dnsmessage.TXTResource:
+		return dnsmessage.TypeTXT
+	}
+	panic(fmt.Sprintf("dnstest: records of type %T", rr))
 }
