@@ -15,7 +15,7 @@
 #      MEM      L1's memory in MiB (default 6144)
 #      GROUPS_FILE  the groups to run (default: hack/realvm/groups)
 #      MAX_VMEXIT0  VMEXIT0 results the ci tier tolerates (default 3; see the end)
-#      L1_STALL  seconds without L1's heartbeat before it counts as frozen (default 150)
+#      L1_STALL  seconds without L1's heartbeat before it counts as frozen (default 90)
 # Output of each group goes to $BUILD/realvm/out/GROUP (logs/TEST.log, results,
 # progress), copied from L1 as it is written. An L1 that gives back no exit code (a
 # hang of the harness, not a test failure) is booted once more; nothing else is retried.
@@ -162,7 +162,7 @@ watch_l1() {
 }
 
 # How long L1's heartbeat may be silent before L1 counts as frozen (see watch_l1).
-L1_STALL=${L1_STALL:-150}
+L1_STALL=${L1_STALL:-90}
 
 # How many times a group's L1 is booted when no exit code comes back (a hang of the
 # harness, or L1's kernel panicking): never for a test that failed.
