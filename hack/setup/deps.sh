@@ -25,9 +25,9 @@ NODE_MIN=${NODE_MIN:-20.18.1}
 # the e2e and pi tests' sandboxes); tmux for pi's interactive mode in the pi tests;
 # btrfs-progs for a loop-mounted btrfs on which the sandbox root copy's reflinks are tested;
 # ca-certificates for the HTTPS of Go's module downloads (a minimal Debian lacks it);
-# libdeflate-dev for the static libdeflate that inflates image layers (internal/gunzip:
-# a build without it falls back to the slower pure-Go inflater, and says so).
-PACKAGES=(busybox-static tmux btrfs-progs ca-certificates libdeflate-dev)
+# nasm for the assembly of ISA-L, which inflates image layers (hack/setup/isal.sh builds it
+# after this; a build without it falls back to the slower pure-Go inflater, and says so).
+PACKAGES=(busybox-static tmux btrfs-progs ca-certificates nasm)
 
 failed=0
 fail() {
@@ -111,13 +111,13 @@ packages() {
 		[ -x /bin/busybox ] || missing+=(busybox-static)
 		command -v tmux >/dev/null || missing+=(tmux)
 		command -v mkfs.btrfs >/dev/null || missing+=(btrfs-progs)
-		[ -e /usr/include/libdeflate.h ] || missing+=(libdeflate-dev)
+		command -v nasm >/dev/null || missing+=(nasm)
 	fi
 	if [ ${#missing[@]} = 0 ]; then
 		return
 	fi
 	if ! command -v apt-get >/dev/null; then
-		echo "deps: the tests need ${missing[*]} (Debian's names): a static busybox at /bin/busybox, tmux, mkfs.btrfs and libdeflate (its header and static library); install them with your package manager" >&2
+		echo "deps: the tests need ${missing[*]} (Debian's names): a static busybox at /bin/busybox, tmux, mkfs.btrfs and nasm; install them with your package manager" >&2
 		exit 1
 	fi
 	if [ "$(id -u)" != 0 ]; then

@@ -11,8 +11,8 @@ import (
 
 // BenchmarkInflate inflates one gzip stream, the file KRUNBOX_BENCH_GZIP
 // (e.g. the Debian image's base layer) or else 32 MiB of generated content,
-// with klauspost/compress and with NewReader (libdeflate when built with
-// -tags krunbox_libdeflate); MB/s are of output.
+// with klauspost/compress and with NewReader (ISA-L when built with
+// -tags krunbox_isal); MB/s are of output.
 func BenchmarkInflate(b *testing.B) {
 	in := gz(b, 6, content(32<<20, 8))
 	if name := os.Getenv("KRUNBOX_BENCH_GZIP"); name != "" {
@@ -42,6 +42,6 @@ func BenchmarkInflate(b *testing.B) {
 		run(b, func() (io.ReadCloser, error) { return gzip.NewReader(bytes.NewReader(in)) })
 	})
 	b.Run("NewReader="+Inflater, func(b *testing.B) {
-		run(b, func() (io.ReadCloser, error) { return NewReader(bytes.NewReader(in), int64(len(in))) })
+		run(b, func() (io.ReadCloser, error) { return NewReader(bytes.NewReader(in)) })
 	})
 }

@@ -1,17 +1,24 @@
-//go:build !(cgo && linux && krunbox_libdeflate)
+//go:build !(cgo && linux && amd64 && krunbox_isal)
 
 package gunzip
 
-import "io"
+import (
+	"io"
 
-// Inflater names the whole-buffer inflater of this build ("" without one).
-const Inflater = ""
+	"github.com/klauspost/compress/gzip"
+)
 
-// newWholeReader always declines: this build has no libdeflate.
-func newWholeReader(io.Reader, int64) (io.ReadCloser, bool, error) {
-	return nil, false, nil
+// Inflater names the inflater of this build.
+const Inflater = "klauspost"
+
+// InCgo says whether the inflater runs in cgo calls; this one is Go.
+const InCgo = false
+
+// newReader inflates r with klauspost/compress.
+func newReader(r io.Reader) (io.ReadCloser, error) {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, err
+	}
+	return zr, nil
 }
-
-// InMemory reports whether r, from NewReader, inflates in memory ahead of
-// its reads; never, in this build.
-func InMemory(io.Reader) bool { return false }
