@@ -413,12 +413,15 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 	}
 	defer a.Close()
 
+	defer raiseProcs()()
 	fetches := make([]*blobFetch, len(specs))
 	for i, sp := range specs {
 		fetches[i] = newBlobFetch(sp.desc)
 	}
-	// The fetches start in the layers' order, as slots free up: the
-	// applier needs the first layer first.
+	// The fetches start in the layers' order, as slots free up, and each
+	// asks for its blob once the one before has been answered: the
+	// applier needs the first layer first, and a registry serves blobs
+	// in the order it is asked for them (some, one at a time).
 	go func() {
 		jobs := make(chan struct{}, s.opts.jobs)
 		for i, sp := range specs {
@@ -427,6 +430,10 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 				defer func() { <-jobs }()
 				fetches[i].run(ctx, s, sp, func(state ProgressState, done int64) { report(i, state, done) })
 			}()
+			select {
+			case <-fetches[i].answered:
+			case <-ctx.Done():
+			}
 		}
 	}()
 	defer func() {
@@ -437,9 +444,10 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 	}()
 
 	pipes := make([]*chunkPipe, len(specs))
+	free := newChunkPool()
 	start := func(i int) {
 		if i < len(specs) && pipes[i] == nil {
-			pipes[i] = newChunkPipe()
+			pipes[i] = newChunkPipe(free)
 			go decompress(ctx, s, fetches[i], specs[i], pipes[i])
 		}
 	}

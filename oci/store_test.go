@@ -3,6 +3,7 @@ package oci_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
@@ -1013,45 +1014,57 @@ func damageStaleTree(t *testing.T, img *oci.Image) {
 
 // Layers are fetched in their order, so that the applier, which needs the
 // first one first, does not wait behind the fetches of later ones.
+// TestFetchOrder checks that layers are asked for in their order, one
+// request after the other has been answered, whatever the number of
+// parallel downloads: the applier needs the first layer first.
 func TestFetchOrder(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
-	reg := testimage.NewRegistry(t, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
-				mu.Lock()
-				got = append(got, r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:])
-				mu.Unlock()
+	for _, jobs := range []int{1, 4} {
+		t.Run(fmt.Sprintf("jobs=%d", jobs), func(t *testing.T) {
+			var mu sync.Mutex
+			var got []string
+			reg := testimage.NewRegistry(t, func(h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+						mu.Lock()
+						got = append(got, r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:])
+						mu.Unlock()
+					}
+					h.ServeHTTP(w, r)
+				})
+			})
+			var layers []v1.Layer
+			for i := range 8 {
+				layers = append(layers, testimage.Layer(t, testimage.File("f"+strconv.Itoa(i), strings.Repeat("x", i+1), 0o644)))
 			}
-			h.ServeHTTP(w, r)
+			img := testimage.Image(t, "", testimage.Config{}, layers...)
+			ref := reg.Push(t, "order", "latest", img)
+			var want []string
+			for _, l := range layers {
+				d, err := l.Digest()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, d.String())
+			}
+			for range 3 {
+				mu.Lock()
+				got = nil
+				mu.Unlock()
+				if _, err := openStore(t, oci.WithJobs(jobs)).Pull(t.Context(), ref); err != nil {
+					t.Fatal(err)
+				}
+				mu.Lock()
+				var fetched []string
+				for _, d := range got {
+					if slices.Contains(want, d) {
+						fetched = append(fetched, d)
+					}
+				}
+				mu.Unlock()
+				if !slices.Equal(fetched, want) {
+					t.Fatalf("layers fetched in the order\n%s\nwant\n%s", strings.Join(fetched, "\n"), strings.Join(want, "\n"))
+				}
+			}
 		})
-	})
-	var layers []v1.Layer
-	for i := range 8 {
-		layers = append(layers, testimage.Layer(t, testimage.File("f"+strconv.Itoa(i), strings.Repeat("x", i+1), 0o644)))
-	}
-	img := testimage.Image(t, "", testimage.Config{}, layers...)
-	ref := reg.Push(t, "order", "latest", img)
-	var want []string
-	for _, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, d.String())
-	}
-	if _, err := openStore(t, oci.WithJobs(1)).Pull(t.Context(), ref); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	var fetched []string
-	for _, d := range got {
-		if slices.Contains(want, d) {
-			fetched = append(fetched, d)
-		}
-	}
-	if !slices.Equal(fetched, want) {
-		t.Fatalf("layers fetched in the order\n%s\nwant\n%s", strings.Join(fetched, "\n"), strings.Join(want, "\n"))
 	}
 }
