@@ -97,7 +97,7 @@ func BenchmarkColdPull(b *testing.B) {
 
 type benchMethod struct {
 	name string
-	run  func()
+	run  func(dir string) // into the empty directory dir
 	took []time.Duration
 }
 
@@ -125,8 +125,8 @@ func benchColdPull(b *testing.B, img v1.Image) {
 	}
 
 	var size int64
-	lib := benchMethod{name: "krunbox-lib", run: func() {
-		s, err := oci.Open(benchDir(b, "krunbox"))
+	lib := benchMethod{name: "krunbox-lib", run: func(dir string) {
+		s, err := oci.Open(dir)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -137,35 +137,35 @@ func benchColdPull(b *testing.B, img v1.Image) {
 		size = got.UnpackedSize
 	}}
 	krunbox := benchMethod{name: "krunbox", run: lib.run}
-	crane := benchMethod{name: "crane", run: func() {
+	crane := benchMethod{name: "crane", run: func(dir string) {
 		rimg, err := remote.Image(r)
 		if err != nil {
 			b.Fatal(err)
 		}
 		pr, pw := io.Pipe()
 		go func() { pw.CloseWithError(exportCrane(rimg, pw)) }()
-		tarExtract(b, pr, benchDir(b, "crane"))
+		tarExtract(b, pr, dir)
 	}}
-	floor := benchMethod{name: "floor", run: func() {
+	floor := benchMethod{name: "floor", run: func(dir string) {
 		ff, err := os.Open(flat)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer ff.Close()
-		tarExtract(b, ff, benchDir(b, "floor"))
+		tarExtract(b, ff, dir)
 	}}
 	methods := []*benchMethod{&krunbox, &crane, &floor}
 	bin, craneBin := os.Getenv("KRUNBOX_BIN"), os.Getenv("KRUNBOX_BENCH_CRANE")
 	if bin != "" && craneBin != "" {
-		krunbox.run = func() {
+		krunbox.run = func(dir string) {
 			cmd := exec.Command(bin, "pull", ref)
-			cmd.Env = append(os.Environ(), "KRUNBOX_HOME="+benchDir(b, "home"))
+			cmd.Env = append(os.Environ(), "KRUNBOX_HOME="+dir)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				b.Fatalf("krunbox pull: %v\n%s", err, out)
 			}
 		}
-		crane.run = func() {
-			cmd := exec.Command("sh", "-c", `"$0" export "$1" - | tar -x -C "$2"`, craneBin, ref, benchDir(b, "crane"))
+		crane.run = func(dir string) {
+			cmd := exec.Command("sh", "-c", `"$0" export "$1" - | tar -x -C "$2"`, craneBin, ref, dir)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				b.Fatalf("crane export | tar -x: %v\n%s", err, out)
 			}
@@ -175,17 +175,28 @@ func benchColdPull(b *testing.B, img v1.Image) {
 	}
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		// Each method goes first in turn, and starts with no dirty pages
-		// left by the one before: the writeback of 200 MB would otherwise
-		// land on whoever comes next.
+		// Each method goes first in turn, into a fresh directory, with no
+		// dirty pages left by the one before (the writeback of 200 MB
+		// would land on whoever comes next). Its tree is removed after
+		// it, so that every run meets the same memory and file system:
+		// 40 trees kept would fill the page cache, and on a VM whose
+		// balloon takes back free memory, memory never touched before
+		// costs the hypervisor's faults (BENCHMARKS.md).
 		for j := range methods {
 			m := methods[(i+j)%len(methods)]
 			b.StopTimer()
+			dir := benchDir(b, m.name)
 			unix.Sync()
 			b.StartTimer()
 			start := time.Now()
-			m.run()
+			m.run(dir)
 			m.took = append(m.took, time.Since(start))
+			b.StopTimer()
+			if err := os.RemoveAll(dir); err != nil {
+				b.Fatal(err)
+			}
+			unix.Sync()
+			b.StartTimer()
 		}
 	}
 	tk, tc, tf := median(krunbox.took), median(crane.took), median(floor.took)
