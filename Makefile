@@ -27,8 +27,9 @@ TEST_IMAGE := $(BUILD)/testimage
 # source into build/isal (make isal; make build and make deps run it). Where it cannot
 # (not linux/amd64, no nasm or no network), the build uses the pure-Go one, and says so.
 # GO_TAGS is expanded where it is used, once make isal has run.
-ISAL_LIB := $(BUILD)/isal/lib/libisal.a
-GO_TAGS   = $(shell [ -f $(ISAL_LIB) ] && echo krunbox_isal)
+ISAL_LIB  := $(BUILD)/isal/lib/libisal.a
+ISAL_HOST := $(shell [ "$$(uname -s)/$$(uname -m)" = Linux/x86_64 ] && echo yes)
+GO_TAGS    = $(shell [ -f $(ISAL_LIB) ] && echo krunbox_isal)
 
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
@@ -49,7 +50,7 @@ $(AGENT_EMBED)/krunbox-agent-linux-%: FORCE | check-build
 	@mkdir -p $(BUILD) && cp $@ $(BUILD)/
 
 krunbox: agent isal | check-build
-	@[ -f $(ISAL_LIB) ] || echo "krunbox: no ISA-L (hack/setup/isal.sh could not build it, see above): image layers are inflated by the slower pure-Go inflater"
+	@[ -z "$(ISAL_HOST)" ] || [ -f $(ISAL_LIB) ] || echo "krunbox: no ISA-L (hack/setup/isal.sh could not build it, see above): image layers are inflated by the slower pure-Go inflater"
 	$(GO) build -trimpath -tags "$(GO_TAGS)" -ldflags "$(LDFLAGS)" -o $(BUILD)/krunbox ./cmd/krunbox
 ifeq ($(UNAME_S),Darwin)
 	codesign --entitlements hack/hvf-entitlements.plist --force -s - $(BUILD)/krunbox
@@ -81,11 +82,11 @@ test: deps
 ## deps: check the toolchains, install the Debian packages the tests need (as root; else it says how) and pi's npm packages
 deps:
 	@GO=$(GO) CC=$(CC) hack/setup/deps.sh test
-	@CC=$(CC) hack/setup/isal.sh $(BUILD)/isal
+	@[ -z "$(ISAL_HOST)" ] || CC=$(CC) hack/setup/isal.sh $(BUILD)/isal
 
 ## isal: ISA-L, the fast inflater of image layers, as a static library in build/isal (hack/setup/isal.sh); the build goes on without it
 isal:
-	-@CC=$(CC) hack/setup/isal.sh $(BUILD)/isal
+	-@[ -z "$(ISAL_HOST)" ] || CC=$(CC) hack/setup/isal.sh $(BUILD)/isal
 
 ## quickstart: README's quick start, run as written there, and make run's exit code (hack/setup/quickstart.sh)
 quickstart:
