@@ -162,9 +162,11 @@ pi-test: build testkrun $(TEST_IMAGE)/index.json
 # emulated AMD SVM) that has a real /dev/kvm and libkrun 1.19, and hack/realvm/test.sh
 # runs the groups of hack/realvm/groups there, one L1 boot per group (see
 # hack/realvm/README.md). Tier "ci" is a representative subset that passes on real VMs
-# today (make test runs it when the harness is there; it tolerates up to 3 tests failed
-# only by the known nested-VM start failure "stopped (exit code 0)", VMEXIT0, with a
-# WARNING); "full" adds the scenarios known to fail on real VMs and those that need an L1
+# today (make test runs it when the harness is there; a test that fails by a known fault
+# of the nested emulation, a deadline, a VMEXIT0 start or a guest RCU stall, runs once more
+# and counts as passed, RETRIED, when it then passes; it tolerates up to 3 tests failed only
+# by the known nested-VM start failure "stopped (exit code 0)", VMEXIT0, with a WARNING);
+# "full" adds the scenarios known to fail on real VMs and those that need an L1
 # of their own, and counts every failure.
 REALVM ?= $(abspath $(CURDIR)/../shared/realvm)
 

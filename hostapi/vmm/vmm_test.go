@@ -626,7 +626,7 @@ func TestUnprivilegedOverlay(t *testing.T) {
 		t.Fatalf("unprivileged caller: %v\n%s\nrunner log:\n%s", err, out, Open(dir).logTail())
 	}
 	if got := console(t, spec); got != "0\n0\nw\n" {
-		t.Errorf("guest saw %q, want uid 0, image files owned by 0, writes allowed", got)
+		t.Errorf("console %q, want %q: uid 0, image files owned by 0, writes allowed", got, "0\n0\nw\n")
 	}
 	if got := readFile(t, filepath.Join(image, "etc", "motd")); got != "original\n" {
 		t.Errorf("image changed: %q", got)
