@@ -69,6 +69,7 @@ type Agent struct {
 
 	shutdownOnce sync.Once
 	stopping     atomic.Bool   // set once shutting down
+	mainStarted  atomic.Bool   // set once a main command has started (Config.MainWait)
 	done         chan struct{} // closed once the agent has shut down
 }
 
@@ -172,6 +173,9 @@ func (a *Agent) Serve(l net.Listener) error {
 	if a.cfg.IdleTimeout > 0 {
 		go a.watchIdle(a.cfg.IdleTimeout)
 	}
+	if a.cfg.MainWait > 0 {
+		go a.watchMain(a.cfg.MainWait)
+	}
 	var backoff time.Duration
 	for {
 		nc, err := l.Accept()
@@ -241,6 +245,24 @@ func (a *Agent) watchIdle(idle time.Duration) {
 		a.Shutdown(protocol.DefaultShutdownGrace)
 		return
 	}
+}
+
+// watchMain shuts the agent down unless a main command has started within
+// wait (Config.MainWait): the host that started the VM to run one is gone.
+func (a *Agent) watchMain(wait time.Duration) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-a.done:
+		return
+	case <-t.C:
+	}
+	if a.mainStarted.Load() {
+		return
+	}
+	fmt.Fprintf(a.console, "krunbox-agent: no main command started within %v of the VM being ready (the krunbox run that started it is gone): stopping the VM\n", wait)
+	a.log.Info("no main command, shutting down", "main_wait", wait)
+	a.Shutdown(protocol.DefaultShutdownGrace)
 }
 
 // Shutdown terminates every process the agent started and their

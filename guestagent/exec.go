@@ -267,6 +267,9 @@ func (c *conn) exec(st *stream, req *protocol.ExecRequest) {
 		return
 	}
 	c.log.Debug("started", "pid", pid, "argv", spec.argv)
+	if req.Main {
+		c.a.mainStarted.Store(true)
+	}
 	st.mu.Lock()
 	st.pid, st.master = pid, sio.tty
 	st.mu.Unlock()

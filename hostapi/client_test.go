@@ -316,6 +316,46 @@ func TestIdleTimeoutWaitsForProcesses(t *testing.T) {
 	}
 }
 
+// An agent told to wait for a main command (Config.MainWait, krunbox
+// run's start) shuts down when none has started in time, and lets one
+// that did start run to its end; an ordinary exec is not one.
+func TestMainWait(t *testing.T) {
+	const wait = 300 * time.Millisecond
+	tests := []struct {
+		name string
+		main bool // run a main command, longer than wait, first
+	}{
+		{"no main command", false},
+		{"a main command", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, a := newTestClient(t, &protocol.Config{MainWait: wait})
+			ctx := testContext(t)
+			start := time.Now()
+			if tt.main {
+				cmd := Command("sh", "-c", "sleep 1; echo done")
+				cmd.Main = true
+				res, err := c.Run(ctx, cmd)
+				if err != nil || res.ExitCode != 0 || string(res.Stdout) != "done\n" {
+					t.Fatalf("main command: %+v, %v; want it to run to its end past the wait", res, err)
+				}
+				c.Close() // the agent shuts down once its host has the exit status
+			} else if _, err := c.Run(ctx, Command("true")); err != nil {
+				t.Fatalf("exec: %v", err)
+			}
+			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if code, ok := a.Wait(waitCtx); !ok || code != 0 {
+				t.Fatalf("agent exit %d (exited %v), want a shutdown with 0", code, ok)
+			}
+			if d := time.Since(start); d < wait {
+				t.Errorf("the agent shut down after %v, before the wait of %v", d, wait)
+			}
+		})
+	}
+}
+
 // Exec and file calls are activity for the idle timeout, pings and health
 // checks are not: an agent called only with those shuts down on time, one
 // kept busy with the others stays up past its timeout and shuts down once

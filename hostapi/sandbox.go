@@ -224,7 +224,11 @@ func (s *Sandbox) lock(ctx context.Context) (func(), error) {
 // warnings and errors), the console's last lines, the mounts the guest
 // could not make. A VM whose agent does not answer within the start
 // timeout is stopped: a *NotReadyError with Stopped set.
-func (s *Sandbox) Start(ctx context.Context) error {
+func (s *Sandbox) Start(ctx context.Context, opts ...StartOption) error {
+	var o startOptions
+	for _, fn := range opts {
+		fn(&o)
+	}
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return err
@@ -254,7 +258,7 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if err := s.checkMounts(); err != nil {
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
-	spec, err := s.vmSpec(ctx)
+	spec, err := s.vmSpec(ctx, o)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
@@ -286,6 +290,22 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	return nil
+}
+
+// StartOption configures Start.
+type StartOption func(*startOptions)
+
+type startOptions struct {
+	mainWait time.Duration
+}
+
+// ForMainCommand says the VM is started to run a main command (Cmd.Main)
+// that the caller sends once Start returns, as krunbox run does: if none
+// has started within wait of the VM being ready, the caller is gone
+// (killed in between) and the VM stops rather than run on with nothing to
+// do. A VM that was running already is left as it is.
+func ForMainCommand(wait time.Duration) StartOption {
+	return func(o *startOptions) { o.mainWait = wait }
 }
 
 // diagnose explains a VM that could not boot: by what this host lacks
@@ -505,7 +525,7 @@ func (s *Sandbox) consoleTail() string { return tail(s.ConsolePath(), 1024) }
 // vmSpec builds the VM spec: the sandbox's root (the image tree under its
 // writable layer, or its copy of the image), the guest agent and its
 // configuration, the shares.
-func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
+func (s *Sandbox) vmSpec(ctx context.Context, o startOptions) (*vmm.Spec, error) {
 	root, err := s.root(ctx)
 	if err != nil {
 		return nil, err
@@ -523,6 +543,7 @@ func (s *Sandbox) vmSpec(ctx context.Context) (*vmm.Spec, error) {
 		User:        cmpOr(cfg.User, s.rec.Image.Config.User),
 		Workdir:     s.workdir(),
 		IdleTimeout: cfg.IdleTimeout,
+		MainWait:    o.mainWait,
 	}
 	spec := &vmm.Spec{
 		VCPUs:     uint8(cfg.CPUs),

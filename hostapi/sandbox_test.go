@@ -444,6 +444,32 @@ func TestIdleTimeoutStopsTheVM(t *testing.T) {
 	}
 }
 
+// A VM started for a main command that never comes (krunbox run killed
+// after the start) stops on its own, and its console says why.
+func TestForMainCommandStopsAVMWithoutOne(t *testing.T) {
+	h, ref := testHost(t)
+	sb, err := h.Create(t.Context(), Config{Name: "main", Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Remove(context.Background()) })
+	if err := sb.Start(t.Context(), ForMainCommand(500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	es, err := sb.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es.Code != 0 {
+		t.Errorf("exit status %v, want 0", es)
+	}
+	if console, _ := os.ReadFile(sb.ConsolePath()); !strings.Contains(string(console), "no main command started within 500ms") {
+		t.Errorf("console %q, want it to say why the VM stopped", console)
+	}
+}
+
 // Config.Ports reach libkrun: in the VM spec the runner reads, and in the
 // port map the runner gives krun_set_port_map (the test double records what
 // it was given when the VM starts, TESTKRUN_DUMP).

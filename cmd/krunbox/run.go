@@ -19,6 +19,11 @@ import (
 // before its command started (once started, the command's end stops it).
 const adhocIdleTimeout = time.Minute
 
+// mainWait stops a VM whose krunbox run was killed after starting it and
+// before starting its command (hostapi.ForMainCommand): the command
+// normally starts a few milliseconds after the VM is ready.
+const mainWait = 30 * time.Second
+
 // cleanupTimeout bounds stopping and removing a sandbox after its command.
 const cleanupTimeout = 30 * time.Second
 
@@ -41,7 +46,8 @@ is named, removes it (--rm). IMAGE defaults to the configured image
 The command is the sandbox's main command: the VM stops when it exits,
 whoever watches it. A krunbox run that is killed leaves it running to its
 end (its output then goes to the console log, 'krunbox logs'), and its
-sandbox is stopped then, and removed with --rm. -d starts it so: detached,
+sandbox is stopped then, and removed with --rm; one killed before the
+command started has its VM stop 30 seconds after it was ready. -d starts it so: detached,
 printing the sandbox's name. 'krunbox start' of a sandbox made by
 'krunbox run --name' boots it again without rerunning the command: run
 commands in it with 'krunbox exec'.
@@ -170,7 +176,7 @@ func (r runner) run(ctx context.Context, h *hostapi.Host, cfg hostapi.Config, s 
 			fmt.Fprintf(s.errOut, "krunbox: %v\n", cerr)
 		}
 	}()
-	if err := sb.Start(ctx); err != nil {
+	if err := sb.Start(ctx, hostapi.ForMainCommand(mainWait)); err != nil {
 		if !rm {
 			err = withHint(err, fmt.Sprintf("the sandbox %s is kept: 'krunbox logs %s' shows its console, 'krunbox rm %s' removes it", sb.Name(), sb.Name(), sb.Name()))
 		} else if vmDidNotStart(err) {

@@ -49,6 +49,12 @@ type Config struct {
 	// exec or file request and no running process for that long. Pings and
 	// health requests do not count as activity.
 	IdleTimeout time.Duration `json:"idle_timeout_ns,omitempty"`
+	// MainWait, when positive, says the VM was started to run a main
+	// command (ExecRequest.Main) that its host sends once the agent is
+	// ready: if none has started within MainWait of that, the host is
+	// gone (a "krunbox run" killed in between) and the agent shuts the VM
+	// down rather than leave it running with nothing to do.
+	MainWait time.Duration `json:"main_wait_ns,omitempty"`
 	// CACert is a certificate authority in PEM (the sandbox's secrets CA,
 	// whose key stays on the host): at boot the agent appends it to the
 	// system's CA bundles that exist, and sets SSL_CERT_FILE,
@@ -114,6 +120,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleTimeout < 0 {
 		errs = append(errs, errors.New("negative idle timeout"))
+	}
+	if c.MainWait < 0 {
+		errs = append(errs, errors.New("negative main command wait"))
 	}
 	if c.CACert != "" && !strings.HasPrefix(c.CACert, "-----BEGIN CERTIFICATE-----") {
 		errs = append(errs, errors.New("ca_cert is not a PEM certificate"))
