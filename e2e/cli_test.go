@@ -21,18 +21,17 @@ import (
 // sandbox is kept, stopped; --rm: it is removed), with nobody watching.
 func testRunOutlivesItsClient(t *testing.T, e *env) {
 	e.pull()
-	named := e.command("run", "--name", "kept", image, "--", "sh", "-c", "sleep 3; echo the-end")
-	adhoc := e.command("run", image, "--", "sleep", "3")
+	var namedOut, adhocOut syncbuf.Buffer
+	named := e.command("run", "--name", "kept", image, "--", "sh", "-c", "echo started; sleep 3; echo the-end")
+	named.Stdout = &namedOut
+	adhoc := e.command("run", image, "--", "sh", "-c", "echo started; sleep 3")
+	adhoc.Stdout = &adhocOut
 	startCmd(t, named)
 	startCmd(t, adhoc)
-	poll.Until(t, "both sandboxes to run", 60*time.Second, func() bool {
-		n := 0
-		for _, st := range e.ls() {
-			if st.State == "running" {
-				n++
-			}
-		}
-		return n == 2
+	// Running sandboxes are not enough: the clients are killed once their
+	// commands have started (one killed before is hostapi.TestMainWait's).
+	poll.Until(t, "both commands to start", 60*time.Second, func() bool {
+		return strings.Contains(namedOut.String(), "started") && strings.Contains(adhocOut.String(), "started")
 	})
 	named.Process.Kill()
 	adhoc.Process.Kill()
