@@ -47,14 +47,14 @@ func testHost(t testing.TB, opts ...HostOption) (*Host, string) {
 }
 
 // started creates and starts a sandbox, removed when the test ends.
-func started(t testing.TB, h *Host, cfg Config) *Sandbox {
+func started(t testing.TB, h *Host, cfg Config, opts ...StartOption) *Sandbox {
 	t.Helper()
 	sb, err := h.Create(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sb.Remove(context.Background()) })
-	if err := sb.Start(t.Context()); err != nil {
+	if err := sb.Start(t.Context(), opts...); err != nil {
 		t.Fatal(err)
 	}
 	return sb
@@ -430,16 +430,8 @@ func TestStartFailureSaysWhy(t *testing.T) {
 func TestIdleTimeoutStopsTheVM(t *testing.T) {
 	h, ref := testHost(t)
 	sb := started(t, h, Config{Name: "idle", Image: ref, IdleTimeout: 500 * time.Millisecond})
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	es, err := sb.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if es.Code != 0 {
-		t.Errorf("idle stop exit status %v, want 0", es)
-	}
-	if st, err := sb.Status(ctx); err != nil || st.State != StateStopped {
+	waitStoppedItself(t, sb)
+	if st, err := sb.Status(t.Context()); err != nil || st.State != StateStopped {
 		t.Errorf("status after the idle timeout: %+v, %v; want stopped", st, err)
 	}
 }
@@ -448,14 +440,17 @@ func TestIdleTimeoutStopsTheVM(t *testing.T) {
 // after the start) stops on its own, and its console says why.
 func TestForMainCommandStopsAVMWithoutOne(t *testing.T) {
 	h, ref := testHost(t)
-	sb, err := h.Create(t.Context(), Config{Name: "main", Image: ref})
-	if err != nil {
-		t.Fatal(err)
+	sb := started(t, h, Config{Name: "main", Image: ref}, ForMainCommand(500*time.Millisecond))
+	waitStoppedItself(t, sb)
+	if console, _ := os.ReadFile(sb.ConsolePath()); !strings.Contains(string(console), "no main command started within 500ms") {
+		t.Errorf("console %q, want it to say why the VM stopped", console)
 	}
-	t.Cleanup(func() { sb.Remove(context.Background()) })
-	if err := sb.Start(t.Context(), ForMainCommand(500*time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// waitStoppedItself waits for the VM of sb to stop on its own, with exit
+// code 0.
+func waitStoppedItself(t *testing.T, sb *Sandbox) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	es, err := sb.Wait(ctx)
@@ -464,9 +459,6 @@ func TestForMainCommandStopsAVMWithoutOne(t *testing.T) {
 	}
 	if es.Code != 0 {
 		t.Errorf("exit status %v, want 0", es)
-	}
-	if console, _ := os.ReadFile(sb.ConsolePath()); !strings.Contains(string(console), "no main command started within 500ms") {
-		t.Errorf("console %q, want it to say why the VM stopped", console)
 	}
 }
 
