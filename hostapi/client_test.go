@@ -320,7 +320,8 @@ func TestIdleTimeoutWaitsForProcesses(t *testing.T) {
 // run's start) shuts down when none has started in time, and lets one
 // that did start run to its end; an ordinary exec is not one.
 func TestMainWait(t *testing.T) {
-	const wait = 300 * time.Millisecond
+	// Long enough for the main command to start first on a loaded machine.
+	const wait = 2 * time.Second
 	tests := []struct {
 		name string
 		main bool // run a main command, longer than wait, first
@@ -334,7 +335,7 @@ func TestMainWait(t *testing.T) {
 			ctx := testContext(t)
 			start := time.Now()
 			if tt.main {
-				cmd := Command("sh", "-c", "sleep 1; echo done")
+				cmd := Command("sh", "-c", "sleep 3; echo done")
 				cmd.Main = true
 				res, err := c.Run(ctx, cmd)
 				if err != nil || res.ExitCode != 0 || string(res.Stdout) != "done\n" {
