@@ -46,9 +46,9 @@ is named, removes it (--rm). IMAGE defaults to the configured image
 The command is the sandbox's main command: the VM stops when it exits,
 whoever watches it. A krunbox run that is killed leaves it running to its
 end (its output then goes to the console log, 'krunbox logs'), and its
-sandbox is stopped then, and removed with --rm; one killed before the
-command started has its VM stop 30 seconds after it was ready. -d starts it so: detached,
-printing the sandbox's name. 'krunbox start' of a sandbox made by
+sandbox is stopped then, and removed with --rm (killed before the command
+started, the VM stops 30 seconds after it was ready). -d starts it so:
+detached, printing the sandbox's name. 'krunbox start' of a sandbox made by
 'krunbox run --name' boots it again without rerunning the command: run
 commands in it with 'krunbox exec'.
 
