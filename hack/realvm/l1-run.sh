@@ -41,12 +41,14 @@ result() {
 # nested_fault STATUS LOG: whether a test's result is a fault of the nested emulation
 # rather than of krunbox (hack/realvm/README.md): a deadline hit (a VM start or a command
 # in it that never finishes), a VM ending with exit code 0 before its workload ran
-# (VMEXIT0), or a guest whose CPU did not run for tens of seconds (the guest kernel's RCU
-# stall warning, in a console that a failure printed).
+# (VMEXIT0), a guest whose CPU did not run for tens of seconds (the guest kernel's RCU
+# stall warning, in a console that a failure printed), or a VM that died under a command
+# with nothing on its console ("connection to the krunbox agent lost", groups' pi notes).
+NESTED_FAULT='detected stalls on CPUs|connection to the krunbox agent lost'
 nested_fault() {
 	case $1 in
 	TIMEOUT | VMEXIT0) return 0 ;;
-	FAIL) grep -q 'detected stalls on CPUs' "$2" ;;
+	FAIL) grep -Eq "$NESTED_FAULT" "$2" ;;
 	*) return 1 ;;
 	esac
 }
@@ -114,7 +116,7 @@ pirun() {
 # tests indented under it); each test that failed with a sign of a nested-emulation fault
 # (nested_fault, or node's per-test deadline) goes to FAULTS as "RESULT-NAME<tab>TEST-NAME".
 pitap() {
-	awk -v vmexit0="$VMEXIT0" -v faults="$2" '
+	awk -v vmexit0="$VMEXIT0" -v faultre="$NESTED_FAULT" -v faults="$2" '
 		/^ *# Subtest: pi [0-9]/ { sub(/^ *# Subtest: /, ""); ver = $1 "_" $2 }
 		/^        (not )?ok [0-9]+ - / {
 			s = ($1 == "not") ? "FAIL" : "PASS"
@@ -124,7 +126,7 @@ pitap() {
 		}
 		name != "" && /duration_ms:/ { secs = $2 / 1000 }
 		name != "" && s == "FAIL" && $0 ~ vmexit0 { s = "VMEXIT0" }
-		name != "" && s != "PASS" && ($0 ~ vmexit0 || /detected stalls on CPUs|test timed out after/) { fault = 1 }
+		name != "" && s != "PASS" && ($0 ~ vmexit0 || $0 ~ faultre || /test timed out after/) { fault = 1 }
 		name != "" && /^ +\.\.\.$/ {
 			printf "%s %s %d\n", s, name, secs
 			if (fault) printf "%s\t%s\n", name, raw >faults

@@ -12,8 +12,8 @@ import (
 )
 
 // fakeGoTest is a Go test binary's stand-in: each run prints what the next
-// line of $P/plan says (pass, fail, stall, vmexit0, doctor: its boot check's
-// VMEXIT0) for TestRealLibkrun/NAME.
+// line of $P/plan says (pass, fail, stall, died, vmexit0, doctor: its boot
+// check's VMEXIT0) for TestRealLibkrun/NAME.
 const fakeGoTest = `#!/bin/sh
 P=$(dirname "$0")
 n=$(($(cat $P/runs 2>/dev/null || echo 0) + 1)); echo $n >$P/runs
@@ -22,6 +22,7 @@ echo "=== RUN   TestRealLibkrun/$name"
 case $(sed -n ${n}p $P/plan) in
 pass) echo "    --- PASS: TestRealLibkrun/$name (1.00s)"; exit 0 ;;
 stall) echo "console: [ 62.5] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:" ;;
+died) echo "krunbox: sandbox kb-1 stopped while the command ran: connection to the krunbox agent lost: EOF" ;;
 vmexit0) echo "krunbox: start kb-1: sandbox kb-1 stopped (exit code 0)" ;;
 doctor) echo "    harness_test.go:112: real VMs cannot start here: krunbox doctor:"; echo "        ✗ boot: the VM ended (exit code 0) after 700ms before its guest agent answered" ;;
 *) echo "    run_test.go:1: exit 1, want 0" ;;
@@ -49,6 +50,7 @@ case $(sed -n ${n}p $P/plan) in
 pass) res="ok 1 - !cmd in rpc mode (user_bash) runs in the sandbox"; err= ;;
 vmexit0) res="not ok 1 - !cmd in rpc mode (user_bash) runs in the sandbox"; err="start pi-ws-1: sandbox pi-ws-1 stopped (exit code 0)" ;;
 stall) res="not ok 1 - !cmd in rpc mode (user_bash) runs in the sandbox"; err="rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:" ;;
+died) res="not ok 1 - !cmd in rpc mode (user_bash) runs in the sandbox"; err="krunbox: sandbox pi-ws-1 stopped while the command ran: connection to the krunbox agent lost: EOF" ;;
 *) res="not ok 1 - !cmd in rpc mode (user_bash) runs in the sandbox"; err="expected 0, got 1" ;;
 esac
 cat >"$tap" <<EOF
@@ -127,6 +129,7 @@ func TestL1RunRetries(t *testing.T) {
 		{"go: passes", "e2e", []string{"pass"}, "PASS Foo S\n", 1},
 		{"go: a failure is not retried", "e2e", []string{"fail", "pass"}, "FAIL Foo S\n", 1},
 		{"go: an RCU stall is retried", "e2e", []string{"stall", "pass"}, "RETRIED Foo S\n", 2},
+		{"go: a VM that died under a command is retried", "e2e", []string{"died", "pass"}, "RETRIED Foo S\n", 2},
 		{"go: VMEXIT0 is retried", "e2e", []string{"vmexit0", "pass"}, "RETRIED Foo S\n", 2},
 		{"go: VMEXIT0 twice", "e2e", []string{"vmexit0", "vmexit0", "pass"}, "VMEXIT0 Foo S\n", 2},
 		{"go: doctor's boot check ended with 0", "e2e", []string{"doctor", "doctor"}, "VMEXIT0 Foo S\n", 2},
@@ -134,6 +137,7 @@ func TestL1RunRetries(t *testing.T) {
 		{"pi: passes", "pi", []string{"pass"}, "PASS pi/pi_1.6.0/!cmd_in_rpc_mode_user_bash_runs_in_the_sandbox S\n", 1},
 		{"pi: a failure is not retried", "pi", []string{"fail", "pass"}, "FAIL pi/pi_1.6.0/!cmd_in_rpc_mode_user_bash_runs_in_the_sandbox S\n", 1},
 		{"pi: an RCU stall is retried", "pi", []string{"stall", "pass"}, "RETRIED pi/pi_1.6.0/!cmd_in_rpc_mode_user_bash_runs_in_the_sandbox S\n", 2},
+		{"pi: a VM that died under a command is retried", "pi", []string{"died", "pass"}, "RETRIED pi/pi_1.6.0/!cmd_in_rpc_mode_user_bash_runs_in_the_sandbox S\n", 2},
 		{"pi: VMEXIT0 is retried", "pi", []string{"vmexit0", "pass"}, "RETRIED pi/pi_1.6.0/!cmd_in_rpc_mode_user_bash_runs_in_the_sandbox S\n", 2},
 		{"pi: VMEXIT0 twice", "pi", []string{"vmexit0", "vmexit0"}, "VMEXIT0 pi/pi_1.6.0/!cmd_in_rpc_mode_user_bash_runs_in_the_sandbox S\n", 2},
 		{"pi: a stall, then a failure", "pi", []string{"stall", "fail"}, "FAIL pi/pi_1.6.0/!cmd_in_rpc_mode_user_bash_runs_in_the_sandbox S\n", 2},
