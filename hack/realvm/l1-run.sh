@@ -42,9 +42,12 @@ result() {
 # rather than of krunbox (hack/realvm/README.md): a deadline hit (a VM start or a command
 # in it that never finishes), a VM ending with exit code 0 before its workload ran
 # (VMEXIT0), a guest whose CPU did not run for tens of seconds (the guest kernel's RCU
-# stall warning, in a console that a failure printed), or a VM that died under a command
-# with nothing on its console ("connection to the krunbox agent lost", groups' pi notes).
-NESTED_FAULT='detected stalls on CPUs|connection to the krunbox agent lost'
+# stall warning, in a console that a failure printed), a VM that died under a command
+# with nothing on its console ("connection to the krunbox agent lost", groups' pi notes),
+# or a guest that never ran: its agent did not answer within the start timeout (a
+# minute) and its console is empty, not even the kernel's warnings (a start, or doctor's
+# boot check), in an L1 that froze soon after (CI, 2026-12-02).
+NESTED_FAULT='detected stalls on CPUs|connection to the krunbox agent lost|did not answer within [^;]*; the console is empty|no answer from the guest agent within [^;]*; the VM was stopped(; [^;]*)?; nothing on its console'
 nested_fault() {
 	case $1 in
 	TIMEOUT | VMEXIT0) return 0 ;;

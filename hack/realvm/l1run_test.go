@@ -13,7 +13,9 @@ import (
 
 // fakeGoTest is a Go test binary's stand-in: each run prints what the next
 // line of $P/plan says (pass, fail, stall, died, vmexit0, doctor: its boot
-// check's VMEXIT0) for TestRealLibkrun/NAME.
+// check's VMEXIT0, noboot and nobootcheck: a guest that never ran, at a start
+// and at the boot check, noboottalked: one whose console says why) for
+// TestRealLibkrun/NAME.
 const fakeGoTest = `#!/bin/sh
 P=$(dirname "$0")
 n=$(($(cat $P/runs 2>/dev/null || echo 0) + 1)); echo $n >$P/runs
@@ -24,6 +26,9 @@ pass) echo "    --- PASS: TestRealLibkrun/$name (1.00s)"; exit 0 ;;
 stall) echo "console: [ 62.5] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:" ;;
 died) echo "krunbox: sandbox kb-1 stopped while the command ran: connection to the krunbox agent lost: EOF" ;;
 vmexit0) echo "krunbox: start kb-1: sandbox kb-1 stopped (exit code 0)" ;;
+noboot) echo "krunbox: start kb-1: sandbox kb-1 did not start, so its VM was stopped: the guest agent did not answer within 1m0s: connect to krunbox agent: dial unix /tmp/x/agent.sock: connect: no such file or directory; the console is empty" ;;
+nobootcheck) echo "        ✗ boot: no answer from the guest agent within 1m0s; the VM was stopped; it used 58.2s of CPU time; nothing on its console; libkrun logged nothing" ;;
+noboottalked) echo "krunbox: start kb-1: sandbox kb-1 did not start, so its VM was stopped: the guest agent did not answer within 1m0s: dial: refused; console: init: cannot mount /proc" ;;
 doctor) echo "    harness_test.go:112: real VMs cannot start here: krunbox doctor:"; echo "        ✗ boot: the VM ended (exit code 0) after 700ms before its guest agent answered" ;;
 *) echo "    run_test.go:1: exit 1, want 0" ;;
 esac
@@ -116,7 +121,7 @@ func runL1(t *testing.T, kind, tests string, plan []string) (results string, pay
 }
 
 // TestL1RunRetries: a test that fails by a fault of the nested emulation (a
-// deadline, VMEXIT0, an RCU stall in the guest) is run once more, and only
+// deadline, VMEXIT0, an RCU stall in the guest, a guest that never ran) is run once more, and only
 // such a test; RETRIED when the second run passes.
 func TestL1RunRetries(t *testing.T) {
 	tests := []struct {
@@ -134,6 +139,10 @@ func TestL1RunRetries(t *testing.T) {
 		{"go: VMEXIT0 twice", "e2e", []string{"vmexit0", "vmexit0", "pass"}, "VMEXIT0 Foo S\n", 2},
 		{"go: doctor's boot check ended with 0", "e2e", []string{"doctor", "doctor"}, "VMEXIT0 Foo S\n", 2},
 		{"go: a stall, then a failure", "e2e", []string{"stall", "fail"}, "FAIL Foo S\n", 2},
+		{"go: a guest that never ran is retried", "e2e", []string{"noboot", "pass"}, "RETRIED Foo S\n", 2},
+		{"go: doctor's guest that never ran is retried", "e2e", []string{"nobootcheck", "pass"}, "RETRIED Foo S\n", 2},
+		{"go: a guest that never ran, twice", "e2e", []string{"noboot", "noboot", "pass"}, "FAIL Foo S\n", 2},
+		{"go: a start whose console says why is not retried", "e2e", []string{"noboottalked", "pass"}, "FAIL Foo S\n", 1},
 		{"pi: passes", "pi", []string{"pass"}, "PASS pi/pi_1.6.0/!cmd_in_rpc_mode_user_bash_runs_in_the_sandbox S\n", 1},
 		{"pi: a failure is not retried", "pi", []string{"fail", "pass"}, "FAIL pi/pi_1.6.0/!cmd_in_rpc_mode_user_bash_runs_in_the_sandbox S\n", 1},
 		{"pi: an RCU stall is retried", "pi", []string{"stall", "pass"}, "RETRIED pi/pi_1.6.0/!cmd_in_rpc_mode_user_bash_runs_in_the_sandbox S\n", 2},
