@@ -50,13 +50,13 @@ func newBlobFetch(desc v1.Descriptor) *blobFetch {
 }
 
 // run fetches the blob and reports progress; it ends when ctx is done.
-func (b *blobFetch) run(ctx context.Context, s *Store, sp layerSpec, report func(ProgressState, int64)) {
+func (b *blobFetch) run(ctx context.Context, s *Store, sp layerSpec, pool *chunkPool, report func(ProgressState, int64)) {
 	defer close(b.ended)
 	defer b.markAnswered()
 	var once sync.Once
 	announce := func() { once.Do(func() { close(b.announced) }) }
 	defer announce()
-	err := b.fetch(ctx, s, sp, func(state ProgressState, done int64) {
+	err := b.fetch(ctx, s, sp, pool, func(state ProgressState, done int64) {
 		report(state, done)
 		announce()
 	})
@@ -89,7 +89,8 @@ func (b *blobFetch) openCached(s *Store) bool {
 	return true
 }
 
-func (b *blobFetch) fetch(ctx context.Context, s *Store, sp layerSpec, report func(ProgressState, int64)) error {
+// fetch takes its download buffer from pool.
+func (b *blobFetch) fetch(ctx context.Context, s *Store, sp layerSpec, pool *chunkPool, report func(ProgressState, int64)) error {
 	d := b.desc.Digest
 	if b.openCached(s) {
 		report(LayerCached, b.desc.Size)
@@ -129,7 +130,9 @@ func (b *blobFetch) fetch(ctx context.Context, s *Store, sp layerSpec, report fu
 	}()
 	b.setFile(tmp, 0, false)
 	h := sha256.New()
-	buf := make([]byte, chunkSize)
+	c := pool.get()
+	defer pool.put(c)
+	buf := c.b
 	var total, reported int64
 	for {
 		// Fill the buffer before writing: a network read returns a few
@@ -332,7 +335,7 @@ func decompressTo(ctx context.Context, b *blobFetch, sp layerSpec, pipe *chunkPi
 		r = zr
 	}
 	for {
-		c := pipe.buffer()
+		c := pipe.free.get()
 		n, rerr := io.ReadFull(r, c.b)
 		c.b = c.b[:n]
 		if n > 0 {
@@ -362,7 +365,7 @@ func decompressTo(ctx context.Context, b *blobFetch, sp layerSpec, pipe *chunkPi
 type chunkPipe struct {
 	ch     chan *chunk // to the reader
 	hashCh chan *chunk // to the hasher
-	free   chunkPool
+	free   *chunkPool
 	sum    chan v1.Hash // the digest, once hashCh is closed
 	err    error        // set before ch is closed
 	cur    *chunk
@@ -379,15 +382,54 @@ type chunk struct {
 
 const pipeChunks = 8
 
-// chunkPool keeps the chunks that the layers of a pull are done with, for
-// the next ones: memory the process has used already is much cheaper to
-// fill than new memory, and the pull holds at most (lookahead+1) *
-// pipeChunks chunks at once.
-type chunkPool chan *chunk
+// chunkPool hands out the chunks of a pull (the decompressed layers' and
+// the downloads' buffers) and keeps those the pull is done with, for the
+// next ones: memory the process has used already is much cheaper to fill
+// than new memory. The pull holds at most (lookahead+1) * (pipeChunks+2)
+// chunks for its layers and one for each download at once; the pool
+// carves that many from one block that the kernel may back with huge
+// pages (hugeBytes). Filling 4 KiB pages never touched costs a page fault
+// each, about 10 µs in a virtual machine whose kernel runs paravirtualized
+// (7,000 of them were 40% of a cold pull's page faults, in the inflater's
+// output), against one fault for 2 MiB.
+type chunkPool struct {
+	free chan *chunk
+	mu   sync.Mutex
+	rest []byte // not handed out yet
+}
 
-func newChunkPool() chunkPool { return make(chunkPool, (lookahead+1)*(pipeChunks+2)) }
+func newChunkPool(jobs int) *chunkPool {
+	n := (lookahead+1)*(pipeChunks+2) + jobs
+	return &chunkPool{free: make(chan *chunk, n), rest: hugeBytes(n * chunkSize)}
+}
 
-func newChunkPipe(free chunkPool) *chunkPipe {
+// get returns a chunk of chunkSize bytes.
+func (p *chunkPool) get() *chunk {
+	select {
+	case c := <-p.free:
+		c.b = c.b[:cap(c.b)]
+		return c
+	default:
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.rest) < chunkSize {
+		return &chunk{b: make([]byte, chunkSize)}
+	}
+	c := &chunk{b: p.rest[:chunkSize:chunkSize]}
+	p.rest = p.rest[chunkSize:]
+	return c
+}
+
+// put keeps c for a later get, if the pool has room for it.
+func (p *chunkPool) put(c *chunk) {
+	select {
+	case p.free <- c:
+	default:
+	}
+}
+
+func newChunkPipe(free *chunkPool) *chunkPipe {
 	p := &chunkPipe{
 		ch:     make(chan *chunk, pipeChunks),
 		hashCh: make(chan *chunk, pipeChunks),
@@ -407,25 +449,10 @@ func (p *chunkPipe) hash() {
 	p.sum <- v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
 }
 
-// buffer returns a chunk to fill, of chunkSize bytes.
-func (p *chunkPipe) buffer() *chunk {
-	select {
-	case c := <-p.free:
-		c.b = c.b[:cap(c.b)]
-		return c
-	default:
-		return &chunk{b: make([]byte, chunkSize)}
-	}
-}
-
 // release gives c back once both its readers are done with it.
 func (p *chunkPipe) release(c *chunk) {
-	if c.refs.Add(-1) != 0 {
-		return
-	}
-	select {
-	case p.free <- c:
-	default:
+	if c.refs.Add(-1) == 0 {
+		p.free.put(c)
 	}
 }
 

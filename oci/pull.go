@@ -414,6 +414,7 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 	defer a.Close()
 
 	defer raiseProcs()()
+	free := newChunkPool(s.opts.jobs)
 	fetches := make([]*blobFetch, len(specs))
 	for i, sp := range specs {
 		fetches[i] = newBlobFetch(sp.desc)
@@ -428,7 +429,7 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 			jobs <- struct{}{}
 			go func() {
 				defer func() { <-jobs }()
-				fetches[i].run(ctx, s, sp, func(state ProgressState, done int64) { report(i, state, done) })
+				fetches[i].run(ctx, s, sp, free, func(state ProgressState, done int64) { report(i, state, done) })
 			}()
 			select {
 			case <-fetches[i].answered:
@@ -444,7 +445,6 @@ func (s *Store) flattenInto(ctx context.Context, root, image string, specs []lay
 	}()
 
 	pipes := make([]*chunkPipe, len(specs))
-	free := newChunkPool()
 	start := func(i int) {
 		if i < len(specs) && pipes[i] == nil {
 			pipes[i] = newChunkPipe(free)

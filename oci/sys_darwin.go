@@ -16,3 +16,6 @@ func syncFS(string) error {
 	unix.Sync()
 	return nil
 }
+
+// hugeBytes returns n bytes of Go memory (huge pages are Linux's).
+func hugeBytes(n int) []byte { return make([]byte, n) }
