@@ -3,6 +3,7 @@
 package vmm
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -758,12 +759,17 @@ func TestVsockGuestDials(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the guest's connection never arrived: %v\nconsole: %s", err, console(t, spec))
 	}
-	got, _ := io.ReadAll(c)
-	c.Write([]byte("hello from the host"))
-	c.Close()
-	if string(got) != "hello from the guest" {
-		t.Errorf("host read %q", got)
+	c.SetDeadline(time.Now().Add(vmDeadline()))
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if got != "hello from the guest\n" {
+		t.Errorf("host read %q (%v)", got, err)
 	}
+	c.Write([]byte("hello from the host\n"))
+	// The guest closes first, once it has the reply (vsockprobe dial).
+	if rest, err := io.ReadAll(c); len(rest) > 0 || err != nil {
+		t.Errorf("after the reply: %q, %v; want the guest's end", rest, err)
+	}
+	c.Close()
 	if es := wait(t, v); es.Code != 0 || console(t, spec) != "hello from the host" {
 		t.Errorf("exit %v, console %q", es, console(t, spec))
 	}
