@@ -36,7 +36,8 @@ REALVM=${REALVM:-$(cd "$ROOT/.." && pwd)/shared/realvm}
 export MEM=${MEM:-6144}
 # L1's CPUs: one. With run's default of two, L1 froze (its heartbeat silent, QEMU
 # spinning) in 2 of 8 boots of a CI check of 2026-12-02 and 5 of 6 groups the day
-# before; with one, in none of 9 boots that day, and the ci tier took 866 s against 1534.
+# before; with one, in 1 of 16 boots that day, and the ci tier took 866 and 1052 s
+# against 1534 s.
 export SMP=${SMP:-1}
 [ -x "$REALVM/run" ] || { echo "test.sh: $REALVM/run is missing (set REALVM)" >&2; exit 2; }
 W=$BUILD/realvm
