@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,18 +128,25 @@ func TestSDKFromGoGet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// What a user who ran `go get` has: the go command's own settings,
+	// with the module proxy they name, so that whatever the module cache
+	// lacks is fetched as `go get` would (a fresh machine's cache is
+	// empty). The build adds what go.sum lacks, as `go get` does.
+	goenv := userGoEnv(t)
 	build := exec.Command(goBin, "build", "-o", "sdkuser", ".")
 	build.Dir = mod
-	// Dependencies come from the module cache this machine has.
-	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	build.Env = append(build.Env, goenv...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build of the throwaway module: %v\n%s", err, out)
 	}
 
+	// The program runs with nothing of krunbox's own environment: the
+	// agent it builds at first use gets the same go settings.
 	home := t.TempDir()
 	run := exec.Command(filepath.Join(mod, "sdkuser"), image)
-	run.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "KRUNBOX_HOME=" + home,
-		"KRUNBOX_LIBKRUN=" + lib, "GOPROXY=off", "GOCACHE=" + goEnv(t, "GOCACHE"), "GOMODCACHE=" + goEnv(t, "GOMODCACHE")}
+	run.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "KRUNBOX_HOME=" + home,
+		"KRUNBOX_LIBKRUN=" + lib}, goenv...)
 	var stdout, stderr bytes.Buffer
 	run.Stdout, run.Stderr = &stdout, &stderr
 	if err := run.Run(); err != nil || stdout.String() != "hello from the sandbox\n" {
@@ -150,11 +158,23 @@ func TestSDKFromGoGet(t *testing.T) {
 	}
 }
 
-func goEnv(t *testing.T, key string) string {
+// userGoEnv returns, as KEY=VALUE, the go command's settings that decide
+// where modules come from and where builds go, as this machine's user has
+// them (environment, go env file, the toolchain's defaults).
+func userGoEnv(t *testing.T) []string {
 	t.Helper()
-	out, err := exec.Command("go", "env", key).Output()
+	keys := []string{"GOPROXY", "GOSUMDB", "GONOSUMDB", "GONOPROXY", "GOPRIVATE", "GOINSECURE", "GOMODCACHE", "GOCACHE", "GOTOOLCHAIN"}
+	out, err := exec.Command("go", append([]string{"env", "-json"}, keys...)...).Output()
 	if err != nil {
-		t.Fatalf("go env %s: %v", key, err)
+		t.Fatalf("go env: %v", err)
 	}
-	return strings.TrimSpace(string(out))
+	var vals map[string]string
+	if err := json.Unmarshal(out, &vals); err != nil {
+		t.Fatalf("go env -json: %v", err)
+	}
+	env := make([]string, 0, len(keys))
+	for _, k := range keys {
+		env = append(env, k+"="+vals[k])
+	}
+	return env
 }
