@@ -65,14 +65,14 @@ func Example() {
 
 // An API key the guest can use but not read: it sees OPENAI_API_KEY set to
 // a placeholder, which the host replaces with the value of the host's
-// OPENAI_API_KEY, read at each start, in requests to api.openai.com only.
+// OPENAI_API_KEY, read at each start, in requests to api.example.com only.
 func ExampleConfig_secrets() {
 	ctx := context.Background()
 	host, err := hostapi.NewHost()
 	if err != nil {
 		log.Fatal(err)
 	}
-	key, err := hostapi.ParseSecret("OPENAI_API_KEY=env:OPENAI_API_KEY@api.openai.com")
+	key, err := hostapi.ParseSecret("OPENAI_API_KEY=env:OPENAI_API_KEY@api.example.com")
 	if err != nil {
 		log.Fatal(err)
 	}

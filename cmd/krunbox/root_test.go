@@ -37,7 +37,7 @@ func TestUsageErrorsExit125WithHint(t *testing.T) {
 		{"cp between host paths", []string{"cp", "a", "b"}, "give exactly one of SRC and DST as NAME:PATH"},
 		{"bad log level", []string{"--log-level", "loud", "version"}, "log level"},
 		{"secret without hosts", []string{"create", "--secret", "API_KEY=env:OPENAI_KEY", "alpine"}, "want NAME=env:HOST_VAR@host1,host2"},
-		{"secret with a bad host", []string{"run", "--secret", "API_KEY=env:OPENAI_KEY@https://api.openai.com", "alpine"}, "no scheme, port or path"},
+		{"secret with a bad host", []string{"run", "--secret", "API_KEY=env:OPENAI_KEY@https://api.example.com", "alpine"}, "no scheme, port or path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,8 +18,8 @@ func TestParse(t *testing.T) {
 		want    Spec
 		wantErr string
 	}{
-		{in: "OPENAI_API_KEY=env:OPENAI_KEY@api.openai.com", want: Spec{Name: "OPENAI_API_KEY", Source: "env:OPENAI_KEY", Hosts: []string{"api.openai.com"}}},
-		{in: "GH=file:/run/gh@github.com,*.githubusercontent.com", want: Spec{Name: "GH", Source: "file:/run/gh", Hosts: []string{"github.com", "*.githubusercontent.com"}}},
+		{in: "OPENAI_API_KEY=env:OPENAI_KEY@api.example.com", want: Spec{Name: "OPENAI_API_KEY", Source: "env:OPENAI_KEY", Hosts: []string{"api.example.com"}}},
+		{in: "GH=file:/run/gh@git.example.com,*.cdn.example.com", want: Spec{Name: "GH", Source: "file:/run/gh", Hosts: []string{"git.example.com", "*.cdn.example.com"}}},
 		{in: "T=file:tok@a.example", want: Spec{Name: "T", Source: "file:" + filepath.Join(wd, "tok"), Hosts: []string{"a.example"}}},
 		{in: "T=file:~/.config/tok@a.example", want: Spec{Name: "T", Source: "file:" + filepath.Join(home, ".config/tok"), Hosts: []string{"a.example"}}},
 		{in: "T=file:/a@b@c.example", want: Spec{Name: "T", Source: "file:/a@b", Hosts: []string{"c.example"}}},

@@ -418,8 +418,8 @@ export function validNetwork(n: string): boolean {
 
 /**
  * The [network] table: `mode = "public" | "allow" | "open" | "tsi" | "none"`, and for
- * allow, `allow = ["registry.npmjs.org", "*.example.com:443", "10.0.0.0/8"]`; the same
- * as network = "allow=registry.npmjs.org,...".
+ * allow, `allow = ["registry.example.com", "*.example.com:443", "10.0.0.0/8"]`; the same
+ * as network = "allow=registry.example.com,...".
  */
 function networkTable(t: Record<string, unknown>, where: string): string {
   for (const k of Object.keys(t)) {

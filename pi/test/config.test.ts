@@ -215,8 +215,8 @@ describe("untrusted project files may narrow, not widen", () => {
   });
 
   test("the [network] table", () => {
-    files(`[network]\nmode = "allow"\nallow = ["registry.npmjs.org", "*.example.com:443"]\n`);
-    assert.equal(load().config.network, "allow=registry.npmjs.org,*.example.com:443");
+    files(`[network]\nmode = "allow"\nallow = ["registry.example.com", "*.example.com:443"]\n`);
+    assert.equal(load().config.network, "allow=registry.example.com,*.example.com:443");
     files(`[network]\nmode = "none"\n`);
     assert.equal(load().config.network, "none");
     for (const bad of [`[network]\nmode = "allow"\n`, `[network]\nmode = "public"\nallow = ["a.test"]\n`, `[network]\nallow = ["a b"]\n`, `[network]\nports = 1\n`]) {
@@ -228,7 +228,7 @@ describe("untrusted project files may narrow, not widen", () => {
   test("an untrusted project may narrow the network, never widen it", () => {
     const cases: [string, string, string][] = [
       // user, project, result
-      ["public", "allow=registry.npmjs.org", "allow=registry.npmjs.org"],
+      ["public", "allow=registry.example.com", "allow=registry.example.com"],
       ["public", "none", "none"],
       ["public", "open", "public"],
       ["public", "tsi", "public"],
@@ -276,14 +276,14 @@ describe("untrusted project files may narrow, not widen", () => {
 });
 
 describe("secrets", () => {
-  const userSecrets = `[[secrets]]\nenv = "OPENAI_API_KEY"\nvalue = "$ENV:OPENAI_API_KEY"\nallow_hosts = ["api.openai.com"]\n[[secrets]]\nenv = "GH_TOKEN"\nvalue = "$FILE:~/.config/gh/token"\nallow_hosts = ["github.com", "*.github.com"]\n`;
+  const userSecrets = `[[secrets]]\nenv = "OPENAI_API_KEY"\nvalue = "$ENV:OPENAI_API_KEY"\nallow_hosts = ["api.example.com"]\n[[secrets]]\nenv = "GH_TOKEN"\nvalue = "$FILE:~/.config/gh/token"\nallow_hosts = ["git.example.com", "*.git.example.com"]\n`;
 
   test("the user's [[secrets]] are read, file paths made absolute", () => {
     files(userSecrets);
     const l = load();
     assert.deepEqual(l.config.secrets, [
-      { env: "OPENAI_API_KEY", value: "$ENV:OPENAI_API_KEY", allow_hosts: ["api.openai.com"] },
-      { env: "GH_TOKEN", value: "$FILE:" + path.join(homedir(), ".config/gh/token"), allow_hosts: ["github.com", "*.github.com"] },
+      { env: "OPENAI_API_KEY", value: "$ENV:OPENAI_API_KEY", allow_hosts: ["api.example.com"] },
+      { env: "GH_TOKEN", value: "$FILE:" + path.join(homedir(), ".config/gh/token"), allow_hosts: ["git.example.com", "*.git.example.com"] },
     ]);
     assert.doesNotMatch(describeConfig(l), /sk-/);
   });
@@ -299,7 +299,7 @@ describe("secrets", () => {
   });
 
   test("a trusted project may", () => {
-    files(`trusted_projects = [${JSON.stringify(ws)}]\n`, `[[secrets]]\nenv = "NPM_TOKEN"\nvalue = "$ENV:NPM_TOKEN"\nallow_hosts = ["registry.npmjs.org"]\n`);
+    files(`trusted_projects = [${JSON.stringify(ws)}]\n`, `[[secrets]]\nenv = "NPM_TOKEN"\nvalue = "$ENV:NPM_TOKEN"\nallow_hosts = ["registry.example.com"]\n`);
     assert.deepEqual(load().config.secrets.map((s) => s.env), ["NPM_TOKEN"]);
   });
 
