@@ -34,7 +34,7 @@ GO_TAGS    = $(shell [ -f $(ISAL_LIB) ] && echo krunbox_isal)
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox isal testkrun testimage test deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-secrets bench-isolate bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox isal testkrun testimage test test-fresh deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-secrets bench-isolate bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -78,6 +78,10 @@ $(TESTKRUN): $(wildcard hack/testkrun/*.c hack/testkrun/*.h)
 test: deps
 	@$(MAKE) --no-print-directory lint unit cross pi-test realvm-tier
 	@$(MAKE) --no-print-directory quickstart release-artifacts
+
+## test-fresh: make test as on a new machine: a fresh clone of HEAD, empty Go module, Go build and npm caches, no ~/.cache (hack/setup/fresh.sh)
+test-fresh:
+	REALVM=$(REALVM) hack/setup/fresh.sh test
 
 ## deps: check the toolchains, install the Debian packages the tests need (as root; else it says how) and pi's npm packages
 deps:
