@@ -156,7 +156,8 @@ type Decision struct {
 	Name string
 	// CheckSNI says that the connection is TLS to check with CheckSNI
 	// before anything reaches the upstream: allow mode, port 443, allowed
-	// by a name rule.
+	// by a name rule. The decision is the same for UDP, whose QUIC hides
+	// its server name: the stack refuses such datagrams.
 	CheckSNI bool
 }
 

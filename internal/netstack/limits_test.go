@@ -432,3 +432,48 @@ func TestDNSPipelineStalls(t *testing.T) {
 		t.Errorf("a question over UDP while a TCP connection stalls: %v", rc)
 	}
 }
+
+// TestQUICRefused: under a name rule, UDP to port 443 (QUIC, whose server
+// name the stack cannot check) is refused at once and logged, so that
+// clients fall back to TCP, where the name is checked; UDP that an
+// address rule allows, or to another port, passes.
+func TestQUICRefused(t *testing.T) {
+	for _, tt := range []struct {
+		name, spec string
+		dstPort    uint16
+		pass       bool
+	}{
+		{"name rule, port 443", "allow=good.test:443", 443, false},
+		{"name rule, all ports", "allow=good.test", 443, false},
+		{"name rule, another port", "allow=good.test", 8443, true},
+		{"address rule", "allow=198.51.100.2:443", 443, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tn := newTestNet(t, tt.spec, nil)
+			port := udpEcho(t, "127.0.0.2:0", "re:")
+			tn.st.cfg.Redirect = func(dst netip.AddrPort) netip.AddrPort {
+				return netip.AddrPortFrom(redirectTest(dst).Addr(), port)
+			}
+			tn.setDNS("good.test", "198.51.100.2")
+			tn.lookup(t, "good.test")
+			c, err := gonet.DialUDP(tn.guest, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpipAddr(netip.MustParseAddr("198.51.100.2")), Port: tt.dstPort}, ipv4.ProtocolNumber)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.Write([]byte("quic"))
+			if tt.pass {
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				buf := make([]byte, 100)
+				if n, err := c.Read(buf); err != nil || string(buf[:n]) != "re:quic" {
+					t.Fatalf("UDP: %q, %v; want it through", buf[:n], err)
+				}
+				return
+			}
+			eventually(t, "a port unreachable", func() bool { return tn.unreachables() > 0 })
+			if r := tn.refusals(); len(r) != 1 || r[0].Proto != "udp" || !strings.Contains(r[0].Reason, "QUIC") || r[0].Name != "good.test" {
+				t.Errorf("refusals %+v", r)
+			}
+		})
+	}
+}

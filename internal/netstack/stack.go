@@ -384,15 +384,21 @@ func (st *Stack) serveTCP(guest *gonet.TCPConn, ep tcpip.Endpoint, dst netip.Add
 }
 
 // handleUDP takes the guest's datagrams that open a flow: a flow the
-// policy refuses, or one past Limits.UDPFlows, is refused (false: the
-// stack answers with an ICMP port unreachable); forwardUDP serves the
-// others, holding a flow of udpFlows.
+// policy refuses, QUIC that a name rule would let through unchecked, or
+// one past Limits.UDPFlows is refused (false: the stack answers with an
+// ICMP port unreachable); forwardUDP serves the others, holding a flow of
+// udpFlows.
 func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer) bool {
 	dst := netip.AddrPortFrom(fromTCPIP(id.LocalAddress), id.LocalPort)
 	d := st.check(dst)
 	switch {
 	case !d.Allowed:
 		st.refuse(Refusal{Proto: "udp", Name: d.Name, Addr: dst.String(), Reason: d.Reason})
+		return false
+	case d.CheckSNI:
+		// The TCP path checks the TLS server name of such a connection;
+		// QUIC's is encrypted. Refused, a client falls back to TCP.
+		st.refuse(Refusal{Proto: "udp", Name: d.Name, Addr: dst.String(), Reason: "QUIC to a name rule's address: only TCP has its server name checked"})
 		return false
 	case !st.udpFlows.take(1):
 		st.refuseAtLimit("udp", dst, fmt.Sprintf("%d UDP flows at once (Limits.UDPFlows)", st.limits.UDPFlows))
