@@ -131,7 +131,7 @@ func startNet(dir string, spec *Spec, lib *krun.Library, host *os.File) (*netsta
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var opts netpolicy.Options
-	cfg := netstack.Config{Log: log}
+	cfg := netstack.Config{Log: log, Limits: spec.NetLimits}
 	if lib.IsTestDouble() || os.Getenv(TestRealEnv) == "1" {
 		cfg.DNS = os.Getenv(TestDNSEnv)
 		if os.Getenv(TestLoopbackEnv) == "1" {

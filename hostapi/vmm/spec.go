@@ -13,6 +13,7 @@ import (
 
 	"github.com/krunbox/krunbox/internal/atomicfile"
 	"github.com/krunbox/krunbox/internal/netpolicy"
+	"github.com/krunbox/krunbox/internal/netstack"
 	"github.com/krunbox/krunbox/internal/secrets"
 	"github.com/krunbox/krunbox/krun"
 )
@@ -50,6 +51,10 @@ type Spec struct {
 	// or one of the modes of krunbox's network stack: "public", "open",
 	// "allow=RULE,..." (package netpolicy).
 	Network Network `json:"network,omitempty"`
+	// NetLimits bound what the guest makes the runner's network stack
+	// hold (connections, flows, DNS, buffers); zero fields mean their
+	// defaults ([netstack.DefaultLimits]). Only krunbox's stack has them.
+	NetLimits netstack.Limits `json:"net_limits,omitzero"`
 	// PortMap publishes guest ports on the host: through libkrun under
 	// TSI, through the runner's network stack otherwise.
 	PortMap []PortMapping `json:"port_map,omitempty"`
@@ -334,6 +339,9 @@ func (s *Spec) Validate() error {
 
 	np, err := s.Network.Policy()
 	if err != nil {
+		bad("%v", err)
+	}
+	if err := s.NetLimits.Validate(); err != nil {
 		bad("%v", err)
 	}
 	hostPorts, guestPorts := map[uint16]bool{}, map[uint16]bool{}

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/krunbox/krunbox/internal/netstack"
 )
 
 func validSpec() *Spec {
@@ -56,6 +58,7 @@ func TestSpecValidate(t *testing.T) {
 		{"port map without network", func(s *Spec) { s.Network = NetworkNone; s.PortMap = []PortMapping{{Host: 80, Guest: 80}} }, "needs a network"},
 		{"malformed network rule", func(s *Spec) { s.Network = "allow=exa mple.com" }, "not allowed in a host name"},
 		{"unknown network", func(s *Spec) { s.Network = "wide" }, "want none, public"},
+		{"negative network limit", func(s *Spec) { s.NetLimits.UDPFlows = -1 }, "UDPFlows"},
 		{"port map address under tsi", func(s *Spec) { s.PortMap = []PortMapping{{HostIP: "0.0.0.0", Host: 80, Guest: 80}} }, "other than tsi"},
 		{"port map bad address", func(s *Spec) {
 			s.Network = NetworkPublic
@@ -90,6 +93,7 @@ func TestSpecRoundTrip(t *testing.T) {
 	s.Files = []File{{Path: "/.krunbox/agent.json", Mode: 0o644, Data: []byte(`{"a":1}`)}}
 	s.Rlimits = []Rlimit{{Resource: "nofile", Cur: 10, Max: 20}}
 	s.PortMap = []PortMapping{{Host: 8080, Guest: 80}}
+	s.NetLimits = netstack.Limits{TCPConns: 32, Buffer: 1 << 20}
 	if err := WriteSpec(dir, s); err != nil {
 		t.Fatal(err)
 	}

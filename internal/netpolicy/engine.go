@@ -12,10 +12,13 @@ import (
 
 // Options are a Policy's facts about its surroundings.
 type Options struct {
-	// HostAddrs returns the host's own addresses, which public mode
-	// refuses; nil means the addresses of the host's interfaces, read
-	// again at most once a second.
-	HostAddrs func() []netip.Addr
+	// HostPrefixes returns the addresses of the host's interfaces with
+	// the length of their on-link prefixes (203.0.113.1/24): public mode
+	// refuses the host's addresses and its links' neighbours, whatever
+	// their class (a LAN's addresses may be global). Nil means
+	// InterfacePrefixes, read again at most once a second (interfaces
+	// change).
+	HostPrefixes func() []netip.Prefix
 	// Public are prefixes counted as public whatever their class. Tests
 	// only (servers on the host's loopback stand for the internet); the
 	// runner sets it only under the libkrun test double.
@@ -32,9 +35,9 @@ type Policy struct {
 	names map[netip.Addr][]string // names the sandbox's DNS resolved to each address
 	order []netip.Addr            // insertion order of names, for eviction
 
-	hostMu    sync.Mutex
-	hostAddrs []netip.Addr
-	hostAt    time.Time
+	hostMu       sync.Mutex
+	hostPrefixes []netip.Prefix
+	hostAt       time.Time
 }
 
 // maxNames bounds how many addresses the policy remembers names for, and
@@ -153,7 +156,8 @@ type Decision struct {
 	Name string
 	// CheckSNI says that the connection is TLS to check with CheckSNI
 	// before anything reaches the upstream: allow mode, port 443, allowed
-	// by a name rule.
+	// by a name rule. The decision is the same for UDP, whose QUIC hides
+	// its server name: the stack refuses such datagrams.
 	CheckSNI bool
 }
 
@@ -234,6 +238,7 @@ func (p *Policy) CheckSNI(sni string, dst netip.AddrPort) error {
 
 // notPublic says why a is not a public address for this policy, or "".
 func (p *Policy) notPublic(a netip.Addr) string {
+	a = a.Unmap()
 	for _, pub := range p.opts.Public {
 		if pub.Contains(a) {
 			return ""
@@ -242,31 +247,76 @@ func (p *Policy) notPublic(a netip.Addr) string {
 	if c := Class(a); c != "" {
 		return c
 	}
-	if slices.Contains(p.hostAddresses(), a) {
-		return "an address of the host"
+	// A NAT64 address reaches the IPv4 address it embeds.
+	targets := []netip.Addr{a}
+	if nat64.Contains(a) {
+		targets = append(targets, netip.AddrFrom4([4]byte(a.AsSlice()[12:])))
+	}
+	for _, hp := range p.hostPrefixesNow() {
+		for _, t := range targets {
+			switch {
+			case hp.Addr() == t:
+				return "an address of the host"
+			case hp.Masked().Contains(t):
+				return "on a network of the host's (" + hp.Masked().String() + ")"
+			}
+		}
 	}
 	return ""
 }
 
-func (p *Policy) hostAddresses() []netip.Addr {
-	if p.opts.HostAddrs != nil {
-		return p.opts.HostAddrs()
+func (p *Policy) hostPrefixesNow() []netip.Prefix {
+	if p.opts.HostPrefixes != nil {
+		return normalize(p.opts.HostPrefixes())
 	}
 	p.hostMu.Lock()
 	defer p.hostMu.Unlock()
 	if time.Since(p.hostAt) < time.Second {
-		return p.hostAddrs
+		return p.hostPrefixes
 	}
-	var own []netip.Addr // a new slice: callers keep reading the old one
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, ad := range addrs {
-			if n, ok := ad.(*net.IPNet); ok {
-				if a, ok := netip.AddrFromSlice(n.IP); ok {
-					own = append(own, a.Unmap())
-				}
-			}
+	// A new slice: callers keep reading the old one.
+	p.hostPrefixes, p.hostAt = InterfacePrefixes(), time.Now()
+	return p.hostPrefixes
+}
+
+// normalize unmaps the addresses of prefixes given as IPv4-mapped IPv6.
+func normalize(ps []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ps))
+	for _, hp := range ps {
+		if a := hp.Addr(); a.Is4In6() {
+			hp = netip.PrefixFrom(a.Unmap(), max(hp.Bits()-96, 0))
 		}
+		out = append(out, hp)
 	}
-	p.hostAddrs, p.hostAt = own, time.Now()
-	return p.hostAddrs
+	return out
+}
+
+// InterfacePrefixes returns the addresses of the host's interfaces with
+// the lengths of their on-link prefixes, or none if they cannot be read.
+func InterfacePrefixes() []netip.Prefix {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, ad := range addrs {
+		n, ok := ad.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		a = a.Unmap()
+		ones, bits := n.Mask.Size()
+		if a.Is4() && bits == 128 {
+			ones -= 96
+		}
+		if bits == 0 || ones < 0 || ones > a.BitLen() {
+			ones = a.BitLen() // not a prefix's mask: the address alone
+		}
+		out = append(out, netip.PrefixFrom(a, ones))
+	}
+	return out
 }

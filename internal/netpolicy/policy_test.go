@@ -92,8 +92,11 @@ func mustSpec(t *testing.T, s string) Spec {
 }
 
 func TestCheck(t *testing.T) {
-	host := netip.MustParseAddr("203.0.113.7")
-	opts := Options{HostAddrs: func() []netip.Addr { return []netip.Addr{host} }}
+	// The host: 203.0.113.7 on a /24 and 3fff:1::7 on a /64, both
+	// global, as a LAN's addresses may be.
+	opts := Options{HostPrefixes: func() []netip.Prefix {
+		return []netip.Prefix{netip.MustParsePrefix("203.0.113.7/24"), netip.MustParsePrefix("3fff:1::7/64")}
+	}}
 	tests := []struct {
 		spec    string
 		names   map[string][]string // name -> addresses the DNS answered
@@ -108,6 +111,19 @@ func TestCheck(t *testing.T) {
 		{spec: "public", dst: "[::ffff:127.0.0.1]:80", reason: "loopback"},
 		{spec: "public", dst: "169.254.169.254:80", reason: "link-local"},
 		{spec: "public", dst: "203.0.113.7:80", reason: "address of the host"},
+		{spec: "public", dst: "[::ffff:203.0.113.7]:80", reason: "address of the host"},
+		{spec: "public", dst: "[64:ff9b::203.0.113.7]:80", reason: "address of the host"},
+		{spec: "public", dst: "[3fff:1::7]:80", reason: "address of the host"},
+		// The host's neighbours on its links.
+		{spec: "public", dst: "203.0.113.2:80", reason: "on a network of the host's (203.0.113.0/24)"},
+		{spec: "public", dst: "[::ffff:203.0.113.2]:80", reason: "on a network of the host's"},
+		{spec: "public", dst: "[64:ff9b::203.0.113.2]:80", reason: "on a network of the host's (203.0.113.0/24)"},
+		{spec: "public", dst: "[3fff:1::2]:443", reason: "on a network of the host's (3fff:1::/64)"},
+		{spec: "public", dst: "203.0.114.2:80", allowed: true},
+		{spec: "public", dst: "[3fff:1:0:1::2]:80", allowed: true},
+		{spec: "public", dst: "[64:ff9b::203.0.114.2]:80", allowed: true},
+		{spec: "allow=lan.test", names: map[string][]string{"lan.test": {"203.0.113.2"}}, dst: "203.0.113.2:80", reason: "non-public"},
+		{spec: "allow=203.0.113.2", dst: "203.0.113.2:80", allowed: true},
 		{spec: "public", names: map[string][]string{"evil.test": {"10.0.0.5"}}, dst: "10.0.0.5:80", reason: "private"},
 		{spec: "none", dst: "8.8.8.8:53", reason: "network none"},
 		{spec: "allow=example.com", names: map[string][]string{"example.com": {"93.184.215.14"}}, dst: "93.184.215.14:80", allowed: true},
@@ -205,5 +221,34 @@ func TestNamesBounded(t *testing.T) {
 	}
 	if p.NameOf(a) != "n"+string(rune('a'+maxNamesPerAddr+4))+".test" {
 		t.Errorf("NameOf = %s, want the newest", p.NameOf(a))
+	}
+}
+
+// TestInterfacePrefixes: the host's interfaces are read with their on-link
+// prefixes, not as single addresses (loopback's 127.0.0.1/8).
+func TestInterfacePrefixes(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	ps := InterfacePrefixes()
+	for _, p := range ps {
+		if p.Addr() == lo {
+			if p.Bits() != 8 {
+				t.Errorf("loopback read as %s, want 127.0.0.1/8", p)
+			}
+			return
+		}
+	}
+	t.Skipf("no 127.0.0.1 among the host's addresses %v", ps)
+}
+
+// TestHostPrefixesMapped: a prefix given in its IPv4-mapped form still
+// covers the IPv4 addresses it stands for.
+func TestHostPrefixesMapped(t *testing.T) {
+	p := New(Spec{Mode: Public}, Options{HostPrefixes: func() []netip.Prefix {
+		return []netip.Prefix{netip.MustParsePrefix("::ffff:203.0.113.7/120")}
+	}})
+	for _, dst := range []string{"203.0.113.7:80", "203.0.113.9:80"} {
+		if d := p.Check(netip.MustParseAddrPort(dst)); d.Allowed {
+			t.Errorf("%s: allowed, want refused: %+v", dst, d)
+		}
 	}
 }

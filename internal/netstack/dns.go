@@ -16,17 +16,22 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
 )
 
 // dnsTTL is the TTL of the stack's answers: short, so that a rule change
 // or a new address is seen soon.
 const dnsTTL = 10
 
-// lookupTimeout bounds one upstream lookup, and maxDNSInFlight how many
-// UDP questions are answered at once.
+// lookupTimeout bounds one upstream lookup; dnsConnIdle ends a DNS-over-TCP
+// connection that sends no question, or takes no answer, for that long;
+// dnsConnBuffer is such a connection's endpoint buffer each way (a
+// message is at most 64 KiB).
 const (
-	lookupTimeout  = 5 * time.Second
-	maxDNSInFlight = 64
+	lookupTimeout = 5 * time.Second
+	dnsConnIdle   = 30 * time.Second
+	dnsConnBuffer = 64 << 10
 )
 
 // newResolver returns the resolver the stack asks: server (host:port), or
@@ -41,7 +46,8 @@ func newResolver(server string) *net.Resolver {
 	}}
 }
 
-// serveDNS answers DNS on port 53 of the gateway's addresses, UDP and TCP.
+// serveDNS answers DNS over UDP on port 53 of the gateway's addresses
+// (forwardDNS takes TCP).
 func (st *Stack) serveDNS() error {
 	for _, a := range []netip.Addr{GatewayIPv4, GatewayIPv6} {
 		proto := ipv4.ProtocolNumber
@@ -53,38 +59,33 @@ func (st *Stack) serveDNS() error {
 		if err != nil {
 			return fmt.Errorf("netstack: DNS on %s: %w", a, err)
 		}
-		tl, err := gonet.ListenTCP(st.s, fa, proto)
-		if err != nil {
-			uc.Close()
-			return fmt.Errorf("netstack: DNS on %s: %w", a, err)
-		}
-		st.closers = append(st.closers, uc, tl)
-		st.wg.Add(2)
+		st.closers = append(st.closers, uc)
+		st.wg.Add(1)
 		go func() {
 			defer st.wg.Done()
-			st.serveDNSUDP(uc)
-		}()
-		go func() {
-			defer st.wg.Done()
-			st.serveDNSTCP(tl)
+			st.serveDNSUDP(uc, netip.AddrPortFrom(a, 53))
 		}()
 	}
 	return nil
 }
 
-func (st *Stack) serveDNSUDP(c *gonet.UDPConn) {
+// serveDNSUDP answers the questions sent to at on c, up to
+// Limits.DNSQueries at once.
+func (st *Stack) serveDNSUDP(c *gonet.UDPConn, at netip.AddrPort) {
 	buf := make([]byte, 65535)
 	for {
 		n, from, err := c.ReadFrom(buf)
 		if err != nil {
 			return
 		}
-		q := append([]byte(nil), buf[:n]...)
 		select {
 		case st.dnsSlots <- struct{}{}:
 		default:
-			continue // too many questions at once: dropped, as a loaded server would
+			// Too many questions at once: dropped, as a loaded server would.
+			st.refuseAtLimit("dns", at, fmt.Sprintf("%d DNS questions at once (Limits.DNSQueries)", st.limits.DNSQueries))
+			continue
 		}
+		q := append([]byte(nil), buf[:n]...)
 		go func() {
 			defer func() { <-st.dnsSlots }()
 			if resp := st.answer(q, 512); resp != nil {
@@ -94,34 +95,62 @@ func (st *Stack) serveDNSUDP(c *gonet.UDPConn) {
 	}
 }
 
-func (st *Stack) serveDNSTCP(l *gonet.TCPListener) {
+// forwardDNS serves a guest's DNS-over-TCP connection to the gateway, if
+// it is within Limits.DNSConns.
+func (st *Stack) forwardDNS(r *tcp.ForwarderRequest, dst netip.AddrPort) {
+	if !st.dnsConns.take(1) {
+		st.refuseAtLimit("dns", dst, fmt.Sprintf("%d DNS-over-TCP connections at once (Limits.DNSConns)", st.limits.DNSConns))
+		r.Complete(true)
+		return
+	}
+	var wq waiter.Queue
+	ep, err := r.CreateEndpoint(&wq)
+	r.Complete(false)
+	if err != nil {
+		st.dnsConns.give(1)
+		st.cfg.Log.Debug("network: accept", "addr", dst, "err", err.String())
+		return
+	}
+	setBuffers(ep, dnsConnBuffer)
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		defer st.dnsConns.give(1)
+		stop := context.AfterFunc(st.ctx, ep.Abort)
+		defer stop()
+		st.serveDNSConn(gonet.NewTCPConn(&wq, ep))
+	}()
+}
+
+// serveDNSConn answers the questions on a DNS-over-TCP connection one at
+// a time: a guest that sends more without reading the answers finds the
+// connection's buffers full, and waits.
+func (st *Stack) serveDNSConn(c net.Conn) {
+	defer c.Close()
 	for {
-		c, err := l.Accept()
-		if err != nil {
+		c.SetDeadline(time.Now().Add(dnsConnIdle))
+		var hdr [2]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
 			return
 		}
-		go func() {
-			defer c.Close()
-			for {
-				c.SetDeadline(time.Now().Add(30 * time.Second))
-				var hdr [2]byte
-				if _, err := io.ReadFull(c, hdr[:]); err != nil {
-					return
-				}
-				q := make([]byte, binary.BigEndian.Uint16(hdr[:]))
-				if _, err := io.ReadFull(c, q); err != nil {
-					return
-				}
-				resp := st.answer(q, 65535)
-				if resp == nil {
-					return
-				}
-				binary.BigEndian.PutUint16(hdr[:], uint16(len(resp)))
-				if _, err := c.Write(append(hdr[:], resp...)); err != nil {
-					return
-				}
-			}
-		}()
+		q := make([]byte, binary.BigEndian.Uint16(hdr[:]))
+		if _, err := io.ReadFull(c, q); err != nil {
+			return
+		}
+		select {
+		case st.dnsSlots <- struct{}{}:
+		case <-st.ctx.Done():
+			return
+		}
+		resp := st.answer(q, 65535)
+		<-st.dnsSlots
+		if resp == nil {
+			return
+		}
+		binary.BigEndian.PutUint16(hdr[:], uint16(len(resp)))
+		if _, err := c.Write(append(hdr[:], resp...)); err != nil {
+			return
+		}
 	}
 }
 

@@ -21,8 +21,8 @@ const maxFrame = MTU + 18
 
 // outQueue is how many frames the stack may queue for the guest (at most
 // 64 MiB of MTU-sized frames); a full queue drops frames, which TCP then
-// resends slowly. One connection's send buffer (8 MiB at most) is 128
-// such frames.
+// resends slowly. One connection's send buffer (Limits.ConnBuffer, 4 MiB
+// by default) is 64 such frames.
 const outQueue = 1024
 
 // streamLink carries Ethernet frames between the stack and a stream socket

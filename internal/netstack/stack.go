@@ -27,7 +27,8 @@ import (
 	"github.com/krunbox/krunbox/internal/netpolicy"
 )
 
-// Refusal is a connection or a DNS question the policy refused.
+// Refusal is a connection or a DNS question the policy refused, or a new
+// flow refused past one of the Limits.
 type Refusal struct {
 	Time time.Time `json:"time"`
 	// Proto is "tcp", "udp", "icmp", "dns" or "tls".
@@ -35,8 +36,10 @@ type Refusal struct {
 	// Name is the host name: the one asked for (dns), the TLS server
 	// name (tls), or the name the sandbox resolved to Addr.
 	Name string `json:"name,omitempty"`
-	// Addr is the destination address and port ("" for dns).
-	Addr   string `json:"addr,omitempty"`
+	// Addr is the destination address and port ("" for a dns question).
+	Addr string `json:"addr,omitempty"`
+	// Reason says why; past a limit it begins with "limit: " and names
+	// the Limits field.
 	Reason string `json:"reason"`
 }
 
@@ -56,6 +59,9 @@ type Config struct {
 	Interceptor Interceptor
 	// OnRefuse is called for each refusal (besides the log).
 	OnRefuse func(Refusal)
+	// Limits bound what the guest makes the stack hold; zero fields
+	// mean their defaults.
+	Limits Limits
 	// Log receives what the stack has to say; nil discards it.
 	Log *slog.Logger
 }
@@ -73,17 +79,28 @@ type Stack struct {
 
 	refusedMu sync.Mutex
 	refused   map[string]time.Time
-	dnsSlots  chan struct{}
 	echoSlots chan struct{}
+
+	limits   Limits
+	udpFwd   *udp.Forwarder
+	tcpConns quota
+	udpFlows quota
+	dnsConns quota
+	// dnsSlots holds a token for each DNS question being answered.
+	dnsSlots chan struct{}
+	// buffers is what connections carrying bulk data were granted.
+	buffers quota
 }
 
 const nicID = 1
 
-// dialTimeout bounds an upstream connect; udpIdle ends a UDP flow with no
-// traffic either way.
+// dialTimeout bounds an upstream connect; udpIdle ends a UDP flow when
+// one side sent nothing for that long; maxHalfOpen bounds the guest's TCP
+// connections being set up (a handshake and the upstream's connect).
 const (
 	dialTimeout = 10 * time.Second
 	udpIdle     = 60 * time.Second
+	maxHalfOpen = 1024
 )
 
 // Start serves the guest link on conn (a stream socket carrying
@@ -95,8 +112,15 @@ func Start(conn net.Conn, cfg Config) (*Stack, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("netstack: %w", err)
+	}
+	lim := cfg.Limits.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &Stack{cfg: cfg, link: newStreamLink(conn), ctx: ctx, cancel: cancel, refused: map[string]time.Time{}, dnsSlots: make(chan struct{}, maxDNSInFlight), echoSlots: make(chan struct{}, maxEchoesInFlight), resolver: newResolver(cfg.DNS)}
+	st := &Stack{cfg: cfg, link: newStreamLink(conn), ctx: ctx, cancel: cancel, refused: map[string]time.Time{}, echoSlots: make(chan struct{}, maxEchoesInFlight), resolver: newResolver(cfg.DNS), limits: lim}
+	st.tcpConns.max, st.udpFlows.max, st.dnsConns.max = int64(lim.TCPConns), int64(lim.UDPFlows), int64(lim.DNSConns)
+	st.dnsSlots = make(chan struct{}, lim.DNSQueries)
+	st.buffers.max = lim.Buffer
 	st.link.onEcho = st.forwardEcho
 	st.s = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
@@ -132,16 +156,18 @@ func Start(conn net.Conn, cfg Config) (*Stack, error) {
 	})
 	sack := tcpip.TCPSACKEnabled(true)
 	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
-	// Buffers large enough for a fast local link (gvisor's defaults are
-	// sized for a netstack serving a slow one).
-	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	// A guest's connections start at baseConnBuffer and grow to
+	// ConnBuffer when granted (guestConn); gVisor's tuning grows a
+	// published port's connections up to ConnBuffer too.
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: baseConnBuffer, Max: lim.ConnBuffer}
 	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
-	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: baseConnBuffer, Max: lim.ConnBuffer}
 	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
 	moderate := tcpip.TCPModerateReceiveBufferOption(true)
 	st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &moderate)
-	st.s.SetTransportProtocolHandler(tcp.ProtocolNumber, tcp.NewForwarder(st.s, 0, 1024, st.forwardTCP).HandlePacket)
-	st.s.SetTransportProtocolHandler(udp.ProtocolNumber, udp.NewForwarder(st.s, st.forwardUDP).HandlePacket)
+	st.s.SetTransportProtocolHandler(tcp.ProtocolNumber, tcp.NewForwarder(st.s, 0, maxHalfOpen, st.forwardTCP).HandlePacket)
+	st.udpFwd = udp.NewForwarder(st.s, st.forwardUDP)
+	st.s.SetTransportProtocolHandler(udp.ProtocolNumber, st.handleUDP)
 	if err := st.serveDNS(); err != nil {
 		st.Close()
 		return nil, err
@@ -179,12 +205,24 @@ func (st *Stack) Close() error {
 	return err
 }
 
-// refuse logs r, once a second at most for the same destination (a
-// guest retrying, or sending datagrams, would flood the log).
+// refuse logs r once per burst of refusals for the same destination: not
+// again until a second passes without one (a guest retrying, or sending
+// datagrams, would flood the log).
 func (st *Stack) refuse(r Refusal) {
-	r.Time = time.Now()
 	r.Name = printable(r.Name) // a guest's DNS question can hold any byte
-	key := r.Proto + " " + r.Name + " " + r.Addr
+	st.report(r.Proto+" "+r.Name+" "+r.Addr, r)
+}
+
+// refuseAtLimit logs the refusal of a new flow to dst past the limit
+// what, once per burst of refusals at that limit whatever their
+// destinations (a flood of new flows would log each).
+func (st *Stack) refuseAtLimit(proto string, dst netip.AddrPort, what string) {
+	st.report("limit "+what, Refusal{Proto: proto, Addr: dst.String(), Reason: "limit: " + what})
+}
+
+// report logs r unless the last refusal of key was less than a second ago.
+func (st *Stack) report(key string, r Refusal) {
+	r.Time = time.Now()
 	st.refusedMu.Lock()
 	last, seen := st.refused[key]
 	if len(st.refused) > 1024 {
@@ -236,11 +274,20 @@ func (st *Stack) hostAddr(dst netip.AddrPort) netip.AddrPort {
 func (st *Stack) forwardTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := netip.AddrPortFrom(fromTCPIP(id.LocalAddress), id.LocalPort)
+	if isGateway(dst.Addr()) && dst.Port() == 53 {
+		st.forwardDNS(r, dst)
+		return
+	}
 	d := st.check(dst)
 	if !d.Allowed {
 		// Logged before the reset, so that whoever sees the reset finds
 		// the refusal in the log.
 		st.refuse(Refusal{Proto: "tcp", Name: d.Name, Addr: dst.String(), Reason: d.Reason})
+		r.Complete(true)
+		return
+	}
+	if !st.tcpConns.take(1) {
+		st.refuseAtLimit("tcp", dst, fmt.Sprintf("%d TCP connections at once (Limits.TCPConns)", st.limits.TCPConns))
 		r.Complete(true)
 		return
 	}
@@ -251,6 +298,7 @@ func (st *Stack) forwardTCP(r *tcp.ForwarderRequest) {
 		// would from the server.
 		var err error
 		if up, err = st.dial(st.ctx, "tcp", dst); err != nil {
+			st.tcpConns.give(1)
 			st.cfg.Log.Debug("network: dial", "addr", dst, "err", err)
 			r.Complete(true)
 			return
@@ -260,6 +308,7 @@ func (st *Stack) forwardTCP(r *tcp.ForwarderRequest) {
 	ep, terr := r.CreateEndpoint(&wq)
 	r.Complete(false)
 	if terr != nil {
+		st.tcpConns.give(1)
 		if up != nil {
 			up.Close()
 		}
@@ -270,6 +319,7 @@ func (st *Stack) forwardTCP(r *tcp.ForwarderRequest) {
 	st.wg.Add(1)
 	go func() {
 		defer st.wg.Done()
+		defer st.tcpConns.give(1)
 		st.serveTCP(guest, ep, dst, d, intercept, up)
 	}()
 }
@@ -307,6 +357,8 @@ func (st *Stack) serveTCP(guest *gonet.TCPConn, ep tcpip.Endpoint, dst netip.Add
 			}
 		}
 	}
+	gc := st.newGuestConn(g, ep)
+	defer gc.release()
 	dial := func(ctx context.Context) (net.Conn, error) {
 		if d := st.check(dst); !d.Allowed {
 			return nil, fmt.Errorf("connect %s: refused by the network policy: %s", dst, d.Reason)
@@ -314,10 +366,10 @@ func (st *Stack) serveTCP(guest *gonet.TCPConn, ep tcpip.Endpoint, dst netip.Add
 		return st.dial(ctx, "tcp", dst)
 	}
 	if intercept {
-		if err := st.cfg.Interceptor.Serve(st.ctx, g, name, dst, dial); err != nil {
+		if err := st.cfg.Interceptor.Serve(st.ctx, gc, name, dst, dial); err != nil {
 			st.cfg.Log.Debug("network: intercepted connection", "name", name, "addr", dst, "err", err)
 		}
-		g.Close()
+		gc.Close()
 		return
 	}
 	if up == nil {
@@ -328,96 +380,57 @@ func (st *Stack) serveTCP(guest *gonet.TCPConn, ep tcpip.Endpoint, dst netip.Add
 			return
 		}
 	}
-	relay(st.ctx, g, up)
+	relay(st.ctx, gc, up)
 }
 
-// relayBufs holds relay's copy buffers: 256 KiB, so that one read from a
-// host socket fills several frames of the link's MTU (io.Copy's 32 KiB
-// made the stack send 32 KiB segments), pooled so that a short
-// connection does not allocate and clear them.
-var relayBufs = sync.Pool{New: func() any { return new([256 << 10]byte) }}
-
-// relay copies both ways, passing half-closes on, until both sides end
-// or ctx does.
-func relay(ctx context.Context, a, b net.Conn) {
-	stop := context.AfterFunc(ctx, func() { a.Close(); b.Close() })
-	defer stop()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	half := func(dst, src net.Conn) {
-		defer wg.Done()
-		buf := relayBufs.Get().(*[256 << 10]byte)
-		defer relayBufs.Put(buf)
-		// Hide WriterTo and ReaderFrom, which would copy through their
-		// own 32 KiB buffers.
-		io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf[:])
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
+// handleUDP takes the guest's datagrams that open a flow: a flow the
+// policy refuses, QUIC that a name rule would let through unchecked, or
+// one past Limits.UDPFlows is refused (false: the stack answers with an
+// ICMP port unreachable); forwardUDP serves the others, holding a flow of
+// udpFlows.
+func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer) bool {
+	dst := netip.AddrPortFrom(fromTCPIP(id.LocalAddress), id.LocalPort)
+	d := st.check(dst)
+	switch {
+	case !d.Allowed:
+		st.refuse(Refusal{Proto: "udp", Name: d.Name, Addr: dst.String(), Reason: d.Reason})
+		return false
+	case d.CheckSNI:
+		// The TCP path checks the TLS server name of such a connection;
+		// QUIC's is encrypted. Refused, a client falls back to TCP.
+		st.refuse(Refusal{Proto: "udp", Name: d.Name, Addr: dst.String(), Reason: "QUIC to a name rule's address: only TCP has its server name checked"})
+		return false
+	case !st.udpFlows.take(1):
+		st.refuseAtLimit("udp", dst, fmt.Sprintf("%d UDP flows at once (Limits.UDPFlows)", st.limits.UDPFlows))
+		return false
 	}
-	go half(a, b)
-	go half(b, a)
-	wg.Wait()
-	a.Close()
-	b.Close()
+	return st.udpFwd.HandlePacket(id, pkt)
 }
 
+// forwardUDP serves a new flow, which handleUDP counted.
 func (st *Stack) forwardUDP(r *udp.ForwarderRequest) {
 	id := r.ID()
 	dst := netip.AddrPortFrom(fromTCPIP(id.LocalAddress), id.LocalPort)
-	d := st.check(dst)
-	if !d.Allowed {
-		st.refuse(Refusal{Proto: "udp", Name: d.Name, Addr: dst.String(), Reason: d.Reason})
-		return // dropped
-	}
 	up, err := st.dial(st.ctx, "udp", dst)
 	if err != nil {
+		st.udpFlows.give(1)
 		st.cfg.Log.Debug("network: dial", "proto", "udp", "addr", dst, "err", err)
 		return
 	}
 	var wq waiter.Queue
 	ep, terr := r.CreateEndpoint(&wq)
 	if terr != nil {
+		st.udpFlows.give(1)
 		up.Close()
 		st.cfg.Log.Debug("network: udp endpoint", "addr", dst, "err", terr.String())
 		return
 	}
-	guest := gonet.NewUDPConn(&wq, ep)
 	st.wg.Add(1)
 	go func() {
 		defer st.wg.Done()
-		relayUDP(st.ctx, guest, up)
+		defer st.udpFlows.give(1)
+		relayUDP(st.ctx, ep, &wq, up.(*net.UDPConn))
 	}()
-}
-
-// relayUDP copies datagrams both ways until neither side sent one for
-// udpIdle, or ctx ends.
-func relayUDP(ctx context.Context, guest, up net.Conn) {
-	defer guest.Close()
-	defer up.Close()
-	stop := context.AfterFunc(ctx, func() { guest.Close(); up.Close() })
-	defer stop()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	copyDgrams := func(dst, src net.Conn) {
-		defer wg.Done()
-		buf := make([]byte, 65535)
-		for {
-			src.SetReadDeadline(time.Now().Add(udpIdle))
-			n, err := src.Read(buf)
-			if err != nil {
-				guest.Close()
-				up.Close()
-				return
-			}
-			dst.Write(buf[:n])
-		}
-	}
-	go copyDgrams(up, guest)
-	go copyDgrams(guest, up)
-	wg.Wait()
 }
 
 func tcpipAddr(a netip.Addr) tcpip.Address {

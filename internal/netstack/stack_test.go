@@ -52,7 +52,9 @@ func redirectTest(dst netip.AddrPort) netip.AddrPort {
 	return dst
 }
 
-func newTestNet(t testing.TB, spec string, ic Interceptor) *testNet {
+// newTestNet starts a stack with the policy spec and the interceptor ic,
+// its Config changed by each of opts, and its guest.
+func newTestNet(t testing.TB, spec string, ic Interceptor, opts ...func(*Config)) *testNet {
 	t.Helper()
 	sp, err := netpolicy.Parse(spec)
 	if err != nil {
@@ -61,7 +63,7 @@ func newTestNet(t testing.TB, spec string, ic Interceptor) *testNet {
 	tn := &testNet{dns: dnstest.Start(t)}
 	dnsAddr := tn.dns.Addr
 	hc, gc := socketPair(t)
-	tn.st, err = Start(hc, Config{
+	cfg := Config{
 		Policy:      netpolicy.New(sp, netpolicy.Options{Public: []netip.Prefix{testPublic}}),
 		DNS:         dnsAddr,
 		Redirect:    redirectTest,
@@ -71,7 +73,11 @@ func newTestNet(t testing.TB, spec string, ic Interceptor) *testNet {
 			tn.refs = append(tn.refs, r)
 			tn.mu.Unlock()
 		},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	tn.st, err = Start(hc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
