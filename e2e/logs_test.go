@@ -17,7 +17,8 @@ import (
 const floodBytes = 6 * 2 * vmm.DefaultLogMax
 
 // testLogsBounded has a guest command write far more than the console
-// log keeps to the console (/proc/1/fd/1, init's stdout): the sandbox's
+// log keeps to the console (/proc/1/fd/1, init's stdout, appended to: a
+// console that were a file would keep it all): the sandbox's
 // directory grows by the bound at most, "logs" still shows the last
 // lines, and "logs -f" follows the log across its rotations to them.
 func testLogsBounded(t *testing.T, e *env) {
@@ -26,7 +27,7 @@ func testLogsBounded(t *testing.T, e *env) {
 	var followed syncbuf.Buffer
 	cmd.Stdout = &followed
 	done := startCmd(t, cmd)
-	script := "yes 'the guest floods its console with this line' | head -c " + strconv.Itoa(floodBytes) + " > /proc/1/fd/1; echo the-last-line > /proc/1/fd/1"
+	script := "yes 'the guest floods its console with this line' | head -c " + strconv.Itoa(floodBytes) + " >> /proc/1/fd/1; echo the-last-line >> /proc/1/fd/1"
 	r, _ := e.within(5*time.Minute, "exec", "flooded", "--", "sh", "-c", script)
 	if r.code != 0 {
 		t.Fatalf("%s", r)

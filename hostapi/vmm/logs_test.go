@@ -14,7 +14,7 @@ import (
 
 // floodScript writes about 2 MiB of lines to the console through init's
 // stdout (/proc/1/fd/1, as a guest command can), then a last line.
-const floodScript = `yes 'the guest floods its console with this line' | head -c 2000000 > /proc/1/fd/1; echo the-last-line`
+const floodScript = `yes 'the guest floods its console with this line' | head -c 2000000 >> /proc/1/fd/1; echo the-last-line`
 
 // TestLogsBounded has the guest write 30 times the bound to a log it can
 // make grow: each of the log's files stays under the bound, the log ends
