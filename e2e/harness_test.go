@@ -68,6 +68,7 @@ var scenarios = []scenario{
 	{"Secrets", testSecrets},
 	{"Copy", testCopy},
 	{"Logs", testLogs},
+	{"LogsBounded", testLogsBounded},
 	{"Inspect", testInspect},
 	{"ConfigLayers", testConfigLayers},
 	{"ImagesInUseAreKept", testImagesInUseAreKept},
@@ -180,7 +181,7 @@ func (e *env) keepLogs(dir string) {
 	sandboxes, _ := filepath.Glob(filepath.Join(e.home, "state", "sandboxes", "*"))
 	test := strings.ReplaceAll(e.t.Name(), "/", "_")
 	for _, sb := range sandboxes {
-		for _, f := range []string{"console.log", "runner.log", "net.log"} {
+		for _, f := range []string{"console.log", "console.log.1", "runner.log", "runner.log.1", "net.log", "net.log.1"} {
 			b, err := os.ReadFile(filepath.Join(sb, f))
 			if err != nil {
 				continue

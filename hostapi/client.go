@@ -47,6 +47,7 @@ type clientOptions struct {
 	name        string
 	window      uint32
 	helloWithin time.Duration
+	limits      AgentLimits
 }
 
 // WithClientLogger sends the client's log to l.
@@ -69,6 +70,7 @@ func NewClient(dial DialFunc, opts ...ClientOption) *Client {
 		name:        "krunbox-hostapi",
 		window:      protocol.DefaultWindow,
 		helloWithin: 10 * time.Second,
+		limits:      defaultAgentLimits(),
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -249,6 +251,9 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := checkControlBody(f); err != nil {
+			return nil, err
+		}
 		switch {
 		case f.Stream == 0 && f.Type == protocol.TypeError:
 			var e protocol.Error
@@ -340,6 +345,9 @@ func (s *session) dispatch(f protocol.Frame) error {
 	if v := f.Type.Since(); v == 0 || v > s.hello.Version {
 		return &ProtocolError{Msg: fmt.Sprintf("unknown frame type %d", uint8(f.Type))}
 	}
+	if err := checkControlBody(f); err != nil {
+		return err
+	}
 	if f.Stream == 0 {
 		if f.Type == protocol.TypeError {
 			var e protocol.Error
@@ -400,6 +408,21 @@ func (s *session) forget(st *stream) {
 		delete(s.streams, st.id)
 	}
 	s.mu.Unlock()
+}
+
+// maxControlBody bounds the body of every frame from the agent but Data:
+// the JSON of a hello, a reply, an error or an exit, which a few KiB hold
+// (a hello names each mount, with its path). protocol.MaxBody is for
+// data; a decoded list can take 20 times the bytes of its JSON, and a
+// stream queues up to maxQueued of these frames.
+const maxControlBody = 256 << 10
+
+// checkControlBody refuses a frame other than Data over maxControlBody.
+func checkControlBody(f protocol.Frame) error {
+	if f.Type != protocol.TypeData && len(f.Body) > maxControlBody {
+		return &ProtocolError{Msg: fmt.Sprintf("%s frame of %d bytes on stream %d: over the %d bytes of any frame but data", f.Type, len(f.Body), f.Stream, maxControlBody)}
+	}
+	return nil
 }
 
 // errStreamEnded fails reads of a channel whose stream ended without EOF.

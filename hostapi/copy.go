@@ -170,18 +170,21 @@ func (c *Client) CopyOut(ctx context.Context, src, dst string) error {
 // copied as links, FIFOs, sockets and devices are skipped, a file gets at
 // most the size the guest gave when it was opened, and the setuid and
 // setgid bits are dropped, since the copy belongs to the host user. Other
-// permission bits are kept.
+// permission bits are kept. The directory listings held at once count
+// together against AgentLimits.MaxDirEntries and MaxDirBytes, as in
+// WalkDir.
 func (c *Client) CopyOutAt(ctx context.Context, src string, dir *os.File, name string) error {
 	if name == "" || name == ".." || strings.ContainsRune(name, '/') {
 		return fmt.Errorf("copy %s: %q is not a name in %s", src, name, dir.Name())
 	}
-	if err := c.copyOutAt(ctx, src, dir, name); err != nil {
+	b := c.dirBudget()
+	if err := c.copyOutAt(ctx, src, dir, name, &b); err != nil {
 		return fmt.Errorf("copy %s: %w", src, err)
 	}
 	return nil
 }
 
-func (c *Client) copyOutAt(ctx context.Context, src string, dir *os.File, name string) error {
+func (c *Client) copyOutAt(ctx context.Context, src string, dir *os.File, name string, b *dirBudget) error {
 	if t, err := confine.TypeAt(dir, name); err == nil && t&fs.ModeSymlink != 0 {
 		return &fs.PathError{Op: "copy to", Path: filepath.Join(dir.Name(), name), Err: errors.New("a symbolic link: refusing to write through or over it (give the path it points to)")}
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -192,23 +195,25 @@ func (c *Client) copyOutAt(ctx context.Context, src string, dir *os.File, name s
 		return err
 	}
 	if fi.IsDir() {
-		return c.dirOut(ctx, src, dir, name, fi.Mode())
+		return c.dirOut(ctx, src, dir, name, fi.Mode(), b)
 	}
 	return c.entryOut(ctx, src, dir, name, fi)
 }
 
 // dirOut copies the guest directory src to name in dir, and what it holds
-// within it.
-func (c *Client) dirOut(ctx context.Context, src string, dir *os.File, name string, mode fs.FileMode) error {
+// within it, its listing and those of the directories it is in taken from
+// b.
+func (c *Client) dirOut(ctx context.Context, src string, dir *os.File, name string, mode fs.FileMode, b *dirBudget) error {
 	d, err := confine.MkdirAt(dir, name, 0o700)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	entries, err := c.ReadDir(ctx, src)
+	entries, n, err := c.readDir(ctx, src, b)
 	if err != nil {
 		return err
 	}
+	defer b.release(len(entries), n)
 	for _, e := range entries {
 		info, err := e.Info()
 		if err != nil {
@@ -216,7 +221,7 @@ func (c *Client) dirOut(ctx context.Context, src string, dir *os.File, name stri
 		}
 		p := path.Join(src, e.Name())
 		if e.IsDir() {
-			err = c.dirOut(ctx, p, d, e.Name(), info.Mode())
+			err = c.dirOut(ctx, p, d, e.Name(), info.Mode(), b)
 		} else {
 			err = c.entryOut(ctx, p, d, e.Name(), info)
 		}

@@ -181,15 +181,18 @@ func (e *StartError) Unwrap() error {
 // directory or user), the context's error (wrapped) when ctx ended first,
 // or the sandbox's: an error matching ErrNotRunning when its VM does not
 // run, ErrConnectionLost when it stopped meanwhile. Output not sent to
-// Cmd.Stdout or Cmd.Stderr is collected in memory.
+// Cmd.Stdout or Cmd.Stderr is collected in memory, up to
+// AgentLimits.MaxOutput a stream: a process writing more is killed, and
+// the error is a *LimitError (wrapped).
 func (c *Client) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
-	var stdout, stderr *bytes.Buffer
+	over := make(chan error, 1)
+	var stdout, stderr *outputBuffer
 	if cmd.Stdout == nil {
-		stdout = new(bytes.Buffer)
+		stdout = &outputBuffer{max: c.opts.limits.MaxOutput, what: "bytes of stdout", over: over}
 		cmd.Stdout = stdout
 	}
 	if cmd.Stderr == nil && cmd.TTY == nil {
-		stderr = new(bytes.Buffer)
+		stderr = &outputBuffer{max: c.opts.limits.MaxOutput, what: "bytes of stderr", over: over}
 		cmd.Stderr = stderr
 	}
 	p, err := c.Start(ctx, cmd)
@@ -197,6 +200,13 @@ func (c *Client) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
 		return nil, err
 	}
 	defer p.Close()
+	go func() {
+		select {
+		case err := <-over:
+			p.kill(err)
+		case <-p.done:
+		}
+	}()
 	err = p.Wait()
 	var ee *ExitError
 	if err != nil && !errors.As(err, &ee) {
@@ -213,6 +223,28 @@ func (c *Client) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
 		res.Stderr = stderr.Bytes()
 	}
 	return res, nil
+}
+
+// outputBuffer collects a stream of output up to max bytes. Past that it
+// fails the write and sends a *LimitError on over, once for all the
+// buffers sharing over, for the process to be killed.
+type outputBuffer struct {
+	bytes.Buffer
+	max  int64
+	what string
+	over chan<- error
+}
+
+func (b *outputBuffer) Write(p []byte) (int, error) {
+	if int64(b.Len())+int64(len(p)) > b.max {
+		err := &LimitError{Limit: "MaxOutput", Max: b.max, What: b.what}
+		select {
+		case b.over <- err:
+		default:
+		}
+		return 0, err
+	}
+	return b.Buffer.Write(p)
 }
 
 // Output runs args with the defaults and returns its stdout, like

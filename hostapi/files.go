@@ -1,6 +1,7 @@
 package hostapi
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -30,6 +31,8 @@ const maxPrealloc = 16 << 20
 
 // ReadFile returns the content of a guest file. A FIFO reads what its
 // writers write until the last one closes it, and nothing when it has none.
+// A file longer than AgentLimits.MaxReadFile is a *LimitError: stream it
+// with Open.
 func (c *Client) ReadFile(ctx context.Context, name string) ([]byte, error) {
 	f, err := c.Open(ctx, name)
 	if err != nil {
@@ -39,10 +42,12 @@ func (c *Client) ReadFile(ctx context.Context, name string) ([]byte, error) {
 	var buf bytes.Buffer
 	// The guest's word on the size sizes the buffer only up to a bound: a
 	// hostile or changing guest must not make the host allocate at will.
-	if size := f.info.Size(); size > 0 && size <= maxPrealloc {
+	if size := f.info.Size(); size > 0 && size <= min(maxPrealloc, c.opts.limits.MaxReadFile) {
 		buf.Grow(int(size) + 1)
 	}
-	if _, err := buf.ReadFrom(f); err != nil {
+	limit := c.opts.limits.MaxReadFile
+	over := &LimitError{Limit: "MaxReadFile", Max: limit, What: "bytes of a file read whole"}
+	if _, err := buf.ReadFrom(newLimitReader(f, limit, pathError("read", name, over))); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
@@ -295,44 +300,141 @@ func (c *Client) stat(ctx context.Context, op, name string, noFollow bool) (fs.F
 	return newFileInfo(path.Base(name), &fi), nil
 }
 
-// maxDirEntries bounds what ReadDir accepts from the guest, which is not
-// trusted with the host's memory.
-const maxDirEntries = 1 << 20
+// maxDirEntryBytes bounds one entry of a listing (a line of JSON): a name
+// of 255 bytes and a link target of 4095, each byte escaped in 6, fit.
+const maxDirEntryBytes = 64 << 10
 
 // ReadDir lists a guest directory, sorted by name. Each entry's Info is
-// already known (lstat), so calling it costs nothing.
+// already known (lstat), so calling it costs nothing. A listing over
+// AgentLimits.MaxDirEntries or MaxDirBytes is a *LimitError.
 func (c *Client) ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
+	b := c.dirBudget()
+	entries, _, err := c.readDir(ctx, name, &b)
+	return entries, err
+}
+
+// dirBudget is what directory listings may still take from the guest:
+// one listing's, or a walk's for the listings it holds at once.
+type dirBudget struct {
+	entries int
+	bytes   int64
+	limits  *AgentLimits
+}
+
+func (c *Client) dirBudget() dirBudget {
+	return dirBudget{entries: c.opts.limits.MaxDirEntries, bytes: c.opts.limits.MaxDirBytes, limits: &c.opts.limits}
+}
+
+// release gives back what a listing took, once it is no longer held.
+func (b *dirBudget) release(entries int, bytes int64) {
+	b.entries += entries
+	b.bytes += bytes
+}
+
+// readDir is ReadDir within b: it takes from b the entries it returns and
+// the bytes it read (returned too, for release), and nothing on error.
+func (c *Client) readDir(ctx context.Context, name string, b *dirBudget) ([]fs.DirEntry, int64, error) {
+	if len(name) > protocol.MaxPath {
+		return nil, 0, pathError("readdir", name, fmt.Errorf("path longer than %d bytes: a tree deeper than a path can name", protocol.MaxPath))
+	}
 	st, f, err := c.openStream(ctx, protocol.TypeReadDir, &protocol.PathRequest{Path: name}, false)
 	if err == nil {
 		err = st.decodeReply(f, nil)
 	}
 	if err != nil {
-		return nil, pathError("readdir", name, err)
+		return nil, 0, pathError("readdir", name, err)
 	}
 	stop := context.AfterFunc(ctx, func() { st.cancel() })
 	defer stop()
+	overBytes := &LimitError{Limit: "MaxDirBytes", Max: b.limits.MaxDirBytes, What: "bytes of directory listings"}
+	lr := newLimitReader(st.out, b.bytes, overBytes)
+	fail := func(err error) ([]fs.DirEntry, int64, error) {
+		st.cancel()
+		return nil, 0, pathError("readdir", name, err)
+	}
 	var out []fs.DirEntry
-	dec := json.NewDecoder(st.out)
+	// One entry a line: read through a buffer that bounds a line, so that
+	// an endless entry fails at that bound, whatever the budget left.
+	br := bufio.NewReaderSize(lr, maxDirEntryBytes)
 	for {
-		if len(out) >= maxDirEntries {
-			st.cancel()
-			return nil, pathError("readdir", name, fmt.Errorf("more than %d entries", maxDirEntries))
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return fail(&ProtocolError{Msg: fmt.Sprintf("a directory entry over %d bytes", maxDirEntryBytes)})
 		}
-		var fi protocol.FileInfo
-		if err := dec.Decode(&fi); err == io.EOF {
+		if err != nil && err != io.EOF {
+			return fail(err)
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			var fi protocol.FileInfo
+			if derr := json.Unmarshal(line, &fi); derr != nil {
+				return fail(&ProtocolError{Msg: fmt.Sprintf("directory entry: %v", derr)})
+			}
+			if len(out) >= b.entries {
+				return fail(&LimitError{Limit: "MaxDirEntries", Max: int64(b.limits.MaxDirEntries), What: "directory entries"})
+			}
+			if fi.Name == "" || fi.Name == "." || fi.Name == ".." || strings.ContainsAny(fi.Name, "/\x00") {
+				return fail(&ProtocolError{Msg: fmt.Sprintf("bad entry name %q", fi.Name)})
+			}
+			out = append(out, fs.FileInfoToDirEntry(newFileInfo(fi.Name, &fi)))
+		}
+		if err == io.EOF {
 			break
-		} else if err != nil {
-			st.cancel()
-			return nil, pathError("readdir", name, err)
 		}
-		if fi.Name == "" || fi.Name == "." || fi.Name == ".." || strings.ContainsAny(fi.Name, "/\x00") {
-			st.cancel()
-			return nil, pathError("readdir", name, &ProtocolError{Msg: fmt.Sprintf("bad entry name %q", fi.Name)})
-		}
-		out = append(out, fs.FileInfoToDirEntry(newFileInfo(fi.Name, &fi)))
 	}
 	slices.SortFunc(out, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	return out, nil
+	n := b.bytes + 1 - lr.left
+	b.entries -= len(out)
+	b.bytes -= n
+	return out, n, nil
+}
+
+// WalkDir walks the guest tree rooted at root as fs.WalkDir walks a local
+// one: fn is called for root, then for each entry below it, in lexical
+// order; fs.SkipDir and fs.SkipAll work as there. Directory entries are
+// described by lstat (symbolic links are not followed), root as well. The
+// listings held at once, from root down to the directory being walked,
+// count together against AgentLimits.MaxDirEntries and MaxDirBytes, and a
+// path longer than a guest path can be ends the walk.
+func (c *Client) WalkDir(ctx context.Context, root string, fn fs.WalkDirFunc) error {
+	info, err := c.Lstat(ctx, root)
+	if err != nil {
+		err = fn(root, nil, err)
+	} else {
+		b := c.dirBudget()
+		err = c.walkDir(ctx, root, fs.FileInfoToDirEntry(info), fn, &b)
+	}
+	if err == fs.SkipDir || err == fs.SkipAll {
+		return nil
+	}
+	return err
+}
+
+func (c *Client) walkDir(ctx context.Context, name string, d fs.DirEntry, fn fs.WalkDirFunc, b *dirBudget) error {
+	if err := fn(name, d, nil); err != nil || !d.IsDir() {
+		if err == fs.SkipDir && d.IsDir() {
+			err = nil
+		}
+		return err
+	}
+	entries, n, err := c.readDir(ctx, name, b)
+	defer b.release(len(entries), n)
+	if err != nil {
+		if err = fn(name, d, err); err != nil {
+			if err == fs.SkipDir {
+				err = nil
+			}
+			return err
+		}
+	}
+	for _, e := range entries {
+		if err := c.walkDir(ctx, path.Join(name, e.Name()), e, fn, b); err != nil {
+			if err == fs.SkipDir {
+				break
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // Mkdir creates a directory; perm is subject to the guest's umask.

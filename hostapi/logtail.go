@@ -4,12 +4,12 @@ import (
 	"strings"
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
-	"github.com/krunbox/krunbox/internal/confine"
+	"github.com/krunbox/krunbox/internal/logfile"
 )
 
-// tail returns the last lines of a file, at most limit bytes, on one line.
+// tail returns the last lines of a log, at most limit bytes, on one line.
 func tail(path string, limit int64) string {
-	b, err := confine.ReadTail(path, limit)
+	b, err := logfile.TailLines(path, limit)
 	if err != nil {
 		return ""
 	}
@@ -23,8 +23,9 @@ func (s *Sandbox) RunnerLogPath() string { return s.path(vmm.LogFile) }
 // Tails returns the last lines of the sandbox's console and of its runner's
 // log (the runner's own messages and libkrun's warnings and errors), each
 // at most limit bytes, as they are, for showing a VM that did not start.
+// Each log spans its rotation (see vmm.Spec.LogMax).
 func (s *Sandbox) Tails(limit int64) (console, runnerLog string) {
-	c, _ := confine.ReadTail(s.ConsolePath(), limit)
-	l, _ := confine.ReadTail(s.RunnerLogPath(), limit)
+	c, _ := logfile.TailLines(s.ConsolePath(), limit)
+	l, _ := logfile.TailLines(s.RunnerLogPath(), limit)
 	return string(c), string(l)
 }

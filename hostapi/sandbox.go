@@ -21,6 +21,7 @@ import (
 	"github.com/krunbox/krunbox/hostapi/internal/agentbin"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/atomicfile"
+	"github.com/krunbox/krunbox/internal/logfile"
 	"github.com/krunbox/krunbox/krun"
 	"github.com/krunbox/krunbox/oci"
 )
@@ -820,13 +821,14 @@ func (h *Host) emptyTrash() error {
 }
 
 // Logs opens the VM's console log: kernel and init messages, and what the
-// guest agent writes.
+// guest agent writes. It holds the latest output only, bounded (see
+// vmm.Spec.LogMax): its previous file, then its current one.
 func (s *Sandbox) Logs() (io.ReadCloser, error) {
-	f, err := os.Open(s.ConsolePath())
+	r, err := logfile.Open(s.ConsolePath())
 	if err != nil {
 		return nil, fmt.Errorf("logs of %s: %w", s.name, err)
 	}
-	return f, nil
+	return r, nil
 }
 
 // Wait waits until the sandbox's VM stops and returns how it ended.

@@ -17,43 +17,48 @@ import (
 // w as a tar stream, as "docker cp NAME:PATH -" does: its entries are
 // named from src's base name down. Links are written as links, never
 // followed; FIFOs, sockets and devices are skipped with a warning on warn.
+// The tree is walked with hostapi.Client.WalkDir, within its bounds on the
+// listings the guest sends.
 func tarOut(ctx context.Context, c *hostapi.Client, src string, w, warn io.Writer) error {
 	tw := tar.NewWriter(w)
 	base := path.Base(src)
 	if base == "/" || base == "." || base == ".." {
 		base = "."
 	}
-	if err := tarEntry(ctx, c, tw, src, base, warn); err != nil {
+	err := c.WalkDir(ctx, src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return tarEntry(ctx, c, tw, p, tarEntryName(src, base, p), fi, warn)
+	})
+	if err != nil {
 		return err
 	}
 	return tw.Close()
 }
 
-// tarEntry writes the guest path p to tw as name, and what it holds below.
-func tarEntry(ctx context.Context, c *hostapi.Client, tw *tar.Writer, p, name string, warn io.Writer) error {
-	fi, err := c.Lstat(ctx, p)
-	if err != nil {
-		return err
+// tarEntryName names the guest path p, src or below it, in the stream.
+func tarEntryName(src, base, p string) string {
+	if p == src {
+		return base
 	}
+	rel := strings.TrimPrefix(strings.TrimPrefix(p, path.Clean(src)), "/")
+	return path.Join(base, rel)
+}
+
+// tarEntry writes the guest path p, described by fi, to tw as name.
+func tarEntry(ctx context.Context, c *hostapi.Client, tw *tar.Writer, p, name string, fi fs.FileInfo, warn io.Writer) error {
 	hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
 	switch {
 	case fi.Mode().IsRegular():
 		return tarFile(ctx, c, tw, p, hdr)
 	case fi.IsDir():
 		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		entries, err := c.ReadDir(ctx, p)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if err := tarEntry(ctx, c, tw, path.Join(p, e.Name()), path.Join(name, e.Name()), warn); err != nil {
-				return err
-			}
-		}
-		return nil
+		return tw.WriteHeader(hdr)
 	case fi.Mode()&fs.ModeSymlink != 0:
 		target, err := c.Readlink(ctx, p)
 		if err != nil {

@@ -24,3 +24,20 @@ func TestTarName(t *testing.T) {
 		}
 	}
 }
+
+func TestTarEntryName(t *testing.T) {
+	for _, tt := range []struct{ src, base, p, want string }{
+		{"/a/b", "b", "/a/b", "b"},
+		{"/a/b", "b", "/a/b/c/d", "b/c/d"},
+		{"/a/b/", "b", "/a/b/c", "b/c"},
+		{"./b", "b", "./b", "b"},
+		{"./b", "b", "b/c", "b/c"},
+		{"/", ".", "/", "."},
+		{"/", ".", "/etc", "etc"},
+		{".", ".", "x", "x"},
+	} {
+		if got := tarEntryName(tt.src, tt.base, tt.p); got != tt.want {
+			t.Errorf("tarEntryName(%q, %q, %q) = %q, want %q", tt.src, tt.base, tt.p, got, tt.want)
+		}
+	}
+}

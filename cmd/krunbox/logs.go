@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -16,7 +15,7 @@ import (
 
 	"github.com/krunbox/krunbox/hostapi"
 	"github.com/krunbox/krunbox/hostapi/vmm"
-	"github.com/krunbox/krunbox/internal/confine"
+	"github.com/krunbox/krunbox/internal/logfile"
 	"github.com/krunbox/krunbox/internal/netstack"
 )
 
@@ -34,7 +33,8 @@ prints the VM runner's log of that boot: libkrun's warnings and errors
 (why a VM died) and the runner's own messages. With -f it keeps printing
 what comes until the VM stops. With --net it prints what the sandbox's
 network policy refused instead (time, protocol, name, address, why), so
-that a rule can be widened.`,
+that a rule can be widened. Each log keeps its latest output only, a few
+MiB: the guest decides how much it writes.`,
 		Args: exactArgs(1, "a sandbox name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sb, err := openSandbox(args[0])
@@ -47,11 +47,10 @@ that a rule can be widened.`,
 			if follow {
 				return followLogs(cmd.Context(), sb, s.out, s.errOut)
 			}
-			if _, err := copyFrom(sb.ConsolePath(), 0, s.out); err != nil {
+			if err := printLog(sb.ConsolePath(), s.out); err != nil {
 				return err
 			}
-			_, err = copyFrom(sb.RunnerLogPath(), 0, s.errOut)
-			return err
+			return printLog(sb.RunnerLogPath(), s.errOut)
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the VM stops")
@@ -59,10 +58,28 @@ that a rule can be widened.`,
 	return cmd
 }
 
-// printNetLog prints the refusal log, one line a refusal. The log is the
-// runner's (the guest cannot write it); it is read bounded all the same.
+// printLog prints the log at path, across its rotation; no log prints
+// nothing.
+func printLog(path string, w io.Writer) error {
+	r, err := logfile.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	_, err = io.Copy(w, r)
+	return err
+}
+
+// maxNetLogRead bounds what logs --net reads of the refusal log: the
+// runner bounds it (vmm.Spec.LogMax), and the guest decides what it holds.
+const maxNetLogRead = 16 << 20
+
+// printNetLog prints the refusal log, one line a refusal.
 func printNetLog(path string, w io.Writer) error {
-	data, err := confine.ReadFileNoSymlinks(path, 8<<20)
+	data, err := logfile.TailLines(path, maxNetLogRead)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -88,12 +105,14 @@ func printNetLog(path string, w io.Writer) error {
 }
 
 // followLogs copies the console log to w and the runner's log to errW as
-// they grow, until the VM is not running and everything written has been
-// copied, or ctx ends. A log started again (a new boot truncates it) is
-// followed from its start.
+// they grow, across their rotations, until the VM is not running and
+// everything written has been copied, or ctx ends. A log started again (a
+// new boot makes new ones) is followed from its start.
 func followLogs(ctx context.Context, sb *hostapi.Sandbox, w, errW io.Writer) error {
 	vm := vmm.Open(sb.Dir())
-	var offset, logOffset int64
+	console, runnerLog := logfile.NewFollower(sb.ConsolePath()), logfile.NewFollower(sb.RunnerLogPath())
+	defer console.Close()
+	defer runnerLog.Close()
 	tick := time.NewTicker(followPoll)
 	defer tick.Stop()
 	for {
@@ -103,10 +122,10 @@ func followLogs(ctx context.Context, sb *hostapi.Sandbox, w, errW io.Writer) err
 		if err != nil {
 			return err
 		}
-		if offset, err = copyFrom(sb.ConsolePath(), offset, w); err != nil {
+		if err := console.Copy(w); err != nil {
 			return err
 		}
-		if logOffset, err = copyFrom(sb.RunnerLogPath(), logOffset, errW); err != nil {
+		if err := runnerLog.Copy(errW); err != nil {
 			return err
 		}
 		if st != vmm.StateRunning {
@@ -118,25 +137,4 @@ func followLogs(ctx context.Context, sb *hostapi.Sandbox, w, errW io.Writer) err
 		case <-tick.C:
 		}
 	}
-}
-
-// copyFrom copies what path holds past offset to w and returns the new
-// offset; a file shorter than offset is copied from its start.
-func copyFrom(path string, offset int64, w io.Writer) (int64, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return offset, err
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() < offset {
-		offset = 0
-	}
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return offset, err
-	}
-	n, err := io.Copy(w, f)
-	return offset + n, err
 }

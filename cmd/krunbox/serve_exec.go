@@ -76,12 +76,17 @@ func (s *server) notReady(ctx context.Context, name string, cause error) error {
 }
 
 // guestError maps an error of an agent call on sandbox name: the guest's
-// own errors to their codes, a connection that failed to not-ready.
+// own errors to their codes, what the guest sent over a bound to
+// too-large, a connection that failed to not-ready.
 func (s *server) guestError(ctx context.Context, name string, err error) error {
 	errno, guest := guestErrno(err)
 	if !guest {
 		var pe *hostapi.ProtocolError
-		if errors.As(err, &pe) {
+		var le *hostapi.LimitError
+		switch {
+		case errors.As(err, &le):
+			return newError(codeTooLarge, nil, "%v", err)
+		case errors.As(err, &pe):
 			return newError(codeIO, nil, "%v", err)
 		}
 		return s.notReady(ctx, name, err)

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -17,6 +17,7 @@ import (
 	refname "github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/krunbox/krunbox/hostapi"
+	"github.com/krunbox/krunbox/internal/logfile"
 	"github.com/krunbox/krunbox/internal/netpolicy"
 	"github.com/krunbox/krunbox/krun"
 	"github.com/krunbox/krunbox/oci"
@@ -746,22 +747,12 @@ func (s *server) sandboxLogs(_ context.Context, raw json.RawMessage) (any, func(
 	if err != nil {
 		return nil, nil, newError(codeIO, nil, "logs of %s: %v", p.Name, err)
 	}
-	f, err := os.Open(sb.ConsolePath())
-	if errors.Is(err, os.ErrNotExist) {
+	b, more, err := logfile.Tail(sb.ConsolePath(), limit)
+	if errors.Is(err, fs.ErrNotExist) {
 		return &logsResult{}, nil, nil
 	}
 	if err != nil {
 		return nil, nil, newError(codeIO, nil, "logs of %s: %v", p.Name, err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, nil, newError(codeIO, nil, "logs of %s: %v", p.Name, err)
-	}
-	off := max(0, fi.Size()-limit)
-	b, err := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
-	if err != nil {
-		return nil, nil, newError(codeIO, nil, "logs of %s: %v", p.Name, err)
-	}
-	return &logsResult{Text: strings.ToValidUTF8(string(b), "\uFFFD"), Truncated: off > 0}, nil, nil
+	return &logsResult{Text: strings.ToValidUTF8(string(b), "\uFFFD"), Truncated: more}, nil, nil
 }

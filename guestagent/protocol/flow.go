@@ -98,6 +98,11 @@ type Inbox struct {
 	grant    func(n uint32)
 }
 
+// maxChunks bounds the chunks an inbox keeps apart: each costs a slice
+// header beside its bytes, which a sender of 1-byte frames would make 24
+// times the window.
+const maxChunks = 256
+
 // NewInbox returns an inbox with the window granted to the sender; grant
 // sends a Credit frame.
 func NewInbox(window uint32, grant func(n uint32)) *Inbox {
@@ -116,7 +121,15 @@ func (in *Inbox) Push(b []byte) error {
 		return fmt.Errorf("data over the granted window of %d bytes", in.window)
 	}
 	if in.err == nil && len(b) > 0 {
-		in.chunks = append(in.chunks, b)
+		if n := len(in.chunks); n >= maxChunks {
+			// A sender of tiny frames: the window bounds their bytes, not
+			// the chunks; past maxChunks they join the last one, which is
+			// never the one a reader holds.
+			in.chunks[n-1] = append(in.chunks[n-1], b...)
+			PutBuffer(b)
+		} else {
+			in.chunks = append(in.chunks, b)
+		}
 		in.buffered += int64(len(b))
 		in.wakeLocked()
 	} else if in.err != nil {

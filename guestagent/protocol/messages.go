@@ -486,6 +486,9 @@ func checkMode(op string, mode uint32) error {
 	return nil
 }
 
+// MaxPath bounds the paths of requests, as Linux's PATH_MAX does.
+const MaxPath = 4096
+
 func checkPath(field, p string) error {
 	if p == "" {
 		return fmt.Errorf("empty %s", field)
@@ -493,8 +496,8 @@ func checkPath(field, p string) error {
 	if strings.IndexByte(p, 0) >= 0 {
 		return fmt.Errorf("NUL byte in %s", field)
 	}
-	if len(p) > 4096 {
-		return fmt.Errorf("%s longer than 4096 bytes", field)
+	if len(p) > MaxPath {
+		return fmt.Errorf("%s longer than %d bytes", field, MaxPath)
 	}
 	return nil
 }

@@ -210,6 +210,47 @@ func TestInbox(t *testing.T) {
 	}
 }
 
+// TestInboxTinyChunks pushes many tiny chunks, and pooled ones, while a
+// reader holds one: they are read back whole and in order, and kept in at
+// most maxChunks chunks.
+func TestInboxTinyChunks(t *testing.T) {
+	in := NewInbox(8<<20, func(uint32) {})
+	var want bytes.Buffer
+	push := func(b []byte) {
+		t.Helper()
+		want.Write(b)
+		if err := in.Push(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push([]byte("head"))
+	first := make([]byte, 2)
+	if _, err := in.Read(first); err != nil { // the head chunk is read from
+		t.Fatal(err)
+	}
+	for i := range 3 * maxChunks {
+		push([]byte{byte('a' + i%26)})
+		if i%100 == 0 {
+			pooled := GetBuffer()[:MaxChunk/2+1]
+			for j := range pooled {
+				pooled[j] = byte(i + j)
+			}
+			push(pooled)
+		}
+	}
+	in.mu.Lock()
+	n := len(in.chunks)
+	in.mu.Unlock()
+	if n > maxChunks {
+		t.Errorf("%d chunks kept, want at most %d", n, maxChunks)
+	}
+	in.CloseEOF()
+	rest, err := io.ReadAll(in)
+	if err != nil || !bytes.Equal(append(first, rest...), want.Bytes()) {
+		t.Fatalf("read back %d bytes (%v), want the %d pushed, in order", len(first)+len(rest), err, want.Len())
+	}
+}
+
 func TestInboxClose(t *testing.T) {
 	in := NewInbox(100, func(uint32) {})
 	in.Push([]byte("data"))

@@ -495,6 +495,15 @@ static void guest_init(struct plan *p)
 	/* The guest keeps none of the VMM's descriptors (the runner's lock
 	 * among them, and the VMM's end of the socketpair), only its own. */
 	close_other_fds(p);
+	/* libkrun's init has the console (/dev/console, hvc0) on its stdio,
+	 * not the VMM's stdio: what the guest writes to /proc/1/fd/1 goes to
+	 * the console. */
+	if (p->console_fd >= 0) {
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (null < 0 || dup2(null, 0) < 0 || dup2(p->console_fd, 1) < 0 || dup2(p->console_fd, 2) < 0)
+			_exit(EXIT_SETUP);
+		close(null);
+	}
 	/* The guest dies with the VMM, as a VM does. The VMM may have died
 	 * between the clone and the prctl: its end of the socketpair is then
 	 * closed. */
@@ -1005,7 +1014,9 @@ int32_t tk_run(struct tk_ctx *c)
 	p.new_net = !tk_tsi_enabled(c);
 
 	if (c->console) {
-		p.console_fd = open(c->console, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		/* As libkrun's File::create: a path of a pipe (/proc/self/fd/N)
+		 * opens the pipe, where O_TRUNC does nothing. */
+		p.console_fd = open(c->console, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 		if (p.console_fd < 0)
 			return vm_error("console output", c->console);
 	}

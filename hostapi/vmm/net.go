@@ -11,10 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/krunbox/krunbox/internal/logfile"
 	"github.com/krunbox/krunbox/internal/netpolicy"
 	"github.com/krunbox/krunbox/internal/netstack"
 	"github.com/krunbox/krunbox/krun"
@@ -23,15 +23,13 @@ import (
 // Files of a VM directory for the network stack.
 const (
 	// NetLogFile receives, one JSON object ([netstack.Refusal]) a line,
-	// what the network policy refused.
+	// what the network policy refused, kept across boots and bounded by
+	// Spec.LogMax (package logfile).
 	NetLogFile = "net.log"
 	// NetSocket is where the runner serves network rule changes
 	// ([ChangeNetwork]) while the VM runs with krunbox's stack.
 	NetSocket = "net.sock"
 )
-
-// maxNetLog bounds the refusal log: past it, the log starts again.
-const maxNetLog = 4 << 20
 
 // Test hooks, so that tests serve "the internet" from the host's loopback:
 // TestDNSEnv names the upstream DNS server (host:port); TestLoopbackEnv=1
@@ -150,12 +148,15 @@ func startNet(dir string, spec *Spec, lib *krun.Library, host *os.File) (*netsta
 		conn.Close()
 		return nil, fmt.Errorf("network: %w", err)
 	}
-	nl, err := openNetLog(filepath.Join(dir, NetLogFile))
+	nl, err := logfile.NewWriter(filepath.Join(dir, NetLogFile), spec.logMax())
 	if err != nil {
 		conn.Close()
-		return nil, err
+		return nil, fmt.Errorf("network log: %w", err)
 	}
-	cfg.OnRefuse = nl.write
+	cfg.OnRefuse = func(r netstack.Refusal) {
+		b, _ := json.Marshal(r)
+		nl.Write(append(b, '\n'))
+	}
 	st, err := netstack.Start(conn, cfg)
 	if err != nil {
 		conn.Close()
@@ -178,39 +179,6 @@ func startNet(dir string, spec *Spec, lib *krun.Library, host *os.File) (*netsta
 		return nil, err
 	}
 	return st, nil
-}
-
-// netLog appends refusals to the refusal log, bounded.
-type netLog struct {
-	mu   sync.Mutex
-	f    *os.File
-	size int64
-}
-
-func openNetLog(path string) (*netLog, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("network log: %w", err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("network log: %w", err)
-	}
-	return &netLog{f: f, size: fi.Size()}, nil
-}
-
-func (l *netLog) write(r netstack.Refusal) {
-	b, _ := json.Marshal(r)
-	b = append(b, '\n')
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.size+int64(len(b)) > maxNetLog {
-		l.f.Truncate(0)
-		l.size = 0
-	}
-	n, _ := l.f.Write(b)
-	l.size += int64(n)
 }
 
 // NetChange is a request to the runner's NetSocket.

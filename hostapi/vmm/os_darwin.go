@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -23,6 +24,10 @@ func selfExe() string {
 // libkrun's macOS virtio-fs resolves paths, not descriptors, so a link
 // planted between this check and libkrun's open is not caught there.
 func sharePath(_ *os.File, p string) string { return p }
+
+// fdPath is a path that opens the process's descriptor fd anew: for a
+// pipe, the pipe.
+func fdPath(fd int) string { return "/dev/fd/" + strconv.Itoa(fd) }
 
 // runnerSysProcAttr: macOS has no namespaces.
 func runnerSysProcAttr() *syscall.SysProcAttr { return nil }

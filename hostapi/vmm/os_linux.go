@@ -29,6 +29,10 @@ func sharePath(dir *os.File, _ string) string {
 	return fmt.Sprintf("/proc/self/fd/%d/.", dir.Fd())
 }
 
+// fdPath is a path that opens the process's descriptor fd anew: for a
+// pipe, the pipe.
+func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
 // runnerSysProcAttr gives a process the namespaces the runner enters (see
 // kb_enter_namespaces in monitor_cgo.go): a mount namespace of its own, for
 // the overlay root, and, unless it is root already, a user namespace

@@ -51,6 +51,8 @@ func TestRealLibkrun(t *testing.T) {
 		{"GuestEnvironment", TestGuestEnvironment},
 		{"NetworkNone", TestNetworkNone},
 		{"ConsoleLogAndRunnerLog", TestConsoleLogAndRunnerLog},
+		{"LogsBounded", TestLogsBounded},
+		{"LogsOfTheLastBoot", TestLogsOfTheLastBoot},
 		{"NoKVMIsAClearError", TestNoKVMIsAClearError},
 		{"StartRefusesARunningVM", TestStartRefusesARunningVM},
 		{"DetachedFromCaller", TestDetachedFromCaller},

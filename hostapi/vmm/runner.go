@@ -42,10 +42,20 @@ const (
 	ExitRunnerFailed = 125
 )
 
-// Fds the runner (and its monitor) inherit from Start.
+// Fds the runner (and its monitor) inherit from Start, and the console's
+// pipe, which the monitor gives the runner (monitor_cgo.go).
 const (
-	fdLock  = 3
-	fdReady = 4
+	fdLock    = 3
+	fdReady   = 4
+	fdConsole = 5
+)
+
+// The monitor's environment (monitor_cgo.go): consoleEnv is the console
+// log it copies the console's pipe into, logMaxEnv the bound of each log
+// file (Spec.LogMax). The runner removes them.
+const (
+	consoleEnv = "_KRUNBOX_VMM_CONSOLE"
+	logMaxEnv  = "_KRUNBOX_VMM_LOG_MAX"
 )
 
 // The runner entry point: a process started by Start carries roleEnv, and
@@ -108,6 +118,17 @@ func runnerMain(dir string) int {
 
 	namespaces := os.Getenv(noNamespacesEnv) == ""
 	os.Unsetenv(noNamespacesEnv)
+	if os.Getenv(consoleEnv) != "" {
+		// libkrun writes the console into the monitor's pipe, opening it
+		// by path as it would open the file (O_TRUNC changes nothing on
+		// a pipe).
+		if err := checkPipe(fdConsole); err != nil {
+			return fail("console pipe: %v", err)
+		}
+		spec.ConsoleLog = fdPath(fdConsole)
+	}
+	os.Unsetenv(consoleEnv)
+	os.Unsetenv(logMaxEnv)
 	if err := setupRoot(spec.Root, namespaces); err != nil {
 		return fail("root filesystem: %v", err)
 	}
@@ -359,6 +380,18 @@ func writeRunnerInfo(dir string, lib *krun.Library) error {
 	}
 	data, _ := json.Marshal(RunnerInfo{Pid: os.Getpid(), StartTime: st, Monitor: os.Getppid(), Libkrun: libkrunInfo(lib)})
 	return atomicfile.Write(filepath.Join(dir, PidFile), append(data, '\n'), 0o600)
+}
+
+// checkPipe checks that fd is a pipe.
+func checkPipe(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return fmt.Errorf("descriptor %d is not a pipe (mode %#o)", fd, st.Mode)
+	}
+	return nil
 }
 
 func raiseNofile() error {

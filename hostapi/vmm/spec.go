@@ -64,6 +64,13 @@ type Spec struct {
 	// LogLevel is libkrun's log level (written to the runner's log,
 	// [LogFile]); 0 leaves libkrun's logger off.
 	LogLevel krun.LogLevel `json:"log_level,omitempty"`
+	// LogMax bounds each file of the logs the guest can make grow: the
+	// console (ConsoleLog), the runner's log ([LogFile]) and the network
+	// refusals ([NetLogFile]). A log whose file would pass it is rotated
+	// into one previous file (package logfile: NAME.1), so a log takes at
+	// most twice LogMax and always ends with the latest output. 0 means
+	// [DefaultLogMax]; at least [MinLogMax].
+	LogMax int64 `json:"log_max,omitempty"`
 	// Files are placed into the guest without modifying the image: as
 	// libkrun overlay files where the library has them (libkrun 1.19),
 	// else written into the sandbox's writable root.
@@ -78,6 +85,23 @@ type Spec struct {
 	// runner's executable, $KRUNBOX_HOME/lib, the system's loader), made by
 	// the runner, which is the same executable as its caller.
 	Library string `json:"library,omitempty"`
+}
+
+// Bounds of Spec.LogMax.
+const (
+	// DefaultLogMax is 4 MiB: hours of a chatty guest's console, and a
+	// log costs the host at most 8 MiB of disk.
+	DefaultLogMax = 4 << 20
+	// MinLogMax is 64 KiB, above a boot's console.
+	MinLogMax = 64 << 10
+)
+
+// logMax is the bound of each log file.
+func (s *Spec) logMax() int64 {
+	if s.LogMax == 0 {
+		return DefaultLogMax
+	}
+	return s.LogMax
 }
 
 // Root is the guest root filesystem: either Dir, used as it is (the guest
@@ -317,6 +341,10 @@ func (s *Spec) Validate() error {
 	}
 	if s.Workdir != "" && (!strings.HasPrefix(s.Workdir, "/") || strings.ContainsAny(s.Workdir, " \t\n\"")) {
 		bad("workdir %q: want an absolute guest path without spaces", s.Workdir)
+	}
+
+	if s.LogMax != 0 && s.LogMax < MinLogMax {
+		bad("log max %d: want 0 (the default, %d) or at least %d bytes", s.LogMax, DefaultLogMax, MinLogMax)
 	}
 
 	for _, rl := range s.Rlimits {

@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/krunbox/krunbox/internal/logfile"
 	"github.com/krunbox/krunbox/krun"
 )
 
@@ -72,7 +74,9 @@ func Start(ctx context.Context, dir string, spec *Spec) (*VM, error) {
 		return nil, fmt.Errorf("start VM: %w", err)
 	}
 
-	logf, err := os.OpenFile(v.path(LogFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// A new file (prepare removed the last boot's), so that a reader
+	// following the old one sees it was replaced.
+	logf, err := os.OpenFile(v.path(LogFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("start VM: %w", err)
 	}
@@ -83,7 +87,13 @@ func Start(ctx context.Context, dir string, spec *Spec) (*VM, error) {
 	}
 	defer readyR.Close()
 	cmd := selfCommand(roleRunner, dir)
+	// The monitor copies the runner's stdout and stderr into the runner's
+	// log, and the console into ConsoleLog, each bounded (monitor_cgo.go).
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(cmd.Env, logMaxEnv+"="+strconv.FormatInt(spec.logMax(), 10))
+	if spec.ConsoleLog != "" {
+		cmd.Env = append(cmd.Env, consoleEnv+"="+spec.ConsoleLog)
+	}
 	cmd.Dir = dir // not the caller's directory, which the VM would keep busy
 	cmd.ExtraFiles = []*os.File{lock, readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -129,8 +139,9 @@ func Start(ctx context.Context, dir string, spec *Spec) (*VM, error) {
 }
 
 // prepare creates what the runner expects and removes what a previous run
-// left: the overlay directories, a stale exit status and pid file, and
-// stale sockets where libkrun must listen (it refuses existing paths).
+// left: the overlay directories, a stale exit status and pid file, the
+// last boot's console and runner logs (a boot starts new ones), and stale
+// sockets where libkrun must listen (it refuses existing paths).
 func prepare(dir string, spec *Spec) error {
 	if r := spec.Root; r.IsOverlay() {
 		for _, d := range []string{r.Upper, r.Work, r.Merged} {
@@ -139,8 +150,12 @@ func prepare(dir string, spec *Spec) error {
 			}
 		}
 	}
-	for _, name := range []string{ExitFile, PidFile} {
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	stale := []string{filepath.Join(dir, ExitFile), filepath.Join(dir, PidFile), filepath.Join(dir, LogFile), logfile.Prev(filepath.Join(dir, LogFile))}
+	if spec.ConsoleLog != "" {
+		stale = append(stale, spec.ConsoleLog, logfile.Prev(spec.ConsoleLog))
+	}
+	for _, p := range stale {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}

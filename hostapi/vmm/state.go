@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/krunbox/krunbox/internal/confine"
+	"github.com/krunbox/krunbox/internal/logfile"
 )
 
 // Files of a VM directory.
@@ -250,7 +250,7 @@ func (v *VM) Stop(ctx context.Context, grace time.Duration) (*ExitStatus, error)
 
 // logTail returns the last lines of the runner's log, for error messages.
 func (v *VM) logTail() string {
-	data, err := confine.ReadTail(v.path(LogFile), 2048)
+	data, err := logfile.TailLines(v.path(LogFile), 2048)
 	if err != nil {
 		return ""
 	}
