@@ -57,7 +57,7 @@ func writeCheckout(ctx context.Context, open func() (*gitStorage, error), c *obj
 			st.Close()
 			return fmt.Errorf("tree of %s: %w", c.Hash, err)
 		}
-		if err := checkTreeName(e.Name); err != nil {
+		if err := checkTreeName(e.Name, e.Mode); err != nil {
 			walker.Close()
 			st.Close()
 			return fmt.Errorf("tree of %s: %s: %w", c.Hash, name, err)

@@ -117,7 +117,7 @@ func (c *copier) tree(h plumbing.Hash) error {
 		return fmt.Errorf("tree %s: %w", h, err)
 	}
 	for _, e := range t.Entries {
-		if err := checkTreeName(e.Name); err != nil {
+		if err := checkTreeName(e.Name, e.Mode); err != nil {
 			return fmt.Errorf("tree %s: %w", h, err)
 		}
 		switch e.Mode {
@@ -136,17 +136,9 @@ func (c *copier) tree(h plumbing.Hash) error {
 	return nil
 }
 
-// checkTreeName refuses a tree entry name git refuses to check out.
-func checkTreeName(n string) error {
-	trimmed := strings.TrimRight(n, ". ")
-	if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\x00") || strings.EqualFold(trimmed, ".git") || strings.EqualFold(trimmed, "git~1") {
-		return fmt.Errorf("entry %q is a name git refuses", n)
-	}
-	return nil
-}
-
 // buildTree stores the trees of files (and the blobs of those hashed
-// from the checkout) and returns the root tree's hash.
+// from the checkout) and returns the root tree's hash. A path with a
+// name git refuses (checkTreeName) is refused.
 func (c *copier) buildTree(w *work, files map[string]entry) (plumbing.Hash, error) {
 	type dir struct{ entries []object.TreeEntry }
 	dirs := map[string]*dir{".": {}}
@@ -162,6 +154,9 @@ func (c *copier) buildTree(w *work, files map[string]entry) (plumbing.Hash, erro
 		return d
 	}
 	for p, e := range files {
+		if err := checkPath(p, e.Mode); err != nil {
+			return plumbing.ZeroHash, err
+		}
 		switch {
 		case e.file:
 			b, err := w.blob(p, e)
@@ -213,6 +208,20 @@ func (c *copier) buildTree(w *work, files map[string]entry) (plumbing.Hash, erro
 		hashes[p] = o.Hash()
 	}
 	return hashes["."], nil
+}
+
+// checkPath refuses the path p of a file of mode m when one of its names
+// is one git refuses (checkTreeName).
+func checkPath(p string, m filemode.FileMode) error {
+	for dir, name := path.Split(p); ; dir, name = path.Split(strings.TrimSuffix(dir, "/")) {
+		if err := checkTreeName(name, m); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		if dir == "" {
+			return nil
+		}
+		m = filemode.Dir
+	}
 }
 
 func treeSortName(e object.TreeEntry) string {
