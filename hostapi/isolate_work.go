@@ -121,11 +121,13 @@ type work struct {
 	// files did not change, hashes of those that did, the files not
 	// ignored that are not in the index.
 	files map[string]entry
+	lim   GitLimits
 }
 
 // openWork reads the sandbox's isolated checkout: nothing there is run,
-// every file is read below the checkout with a bound, and no symlink is
-// followed.
+// every file is read below the checkout with a bound, no symlink is
+// followed, and what the repository and the checkout name is bounded by
+// GitLimits (the defaults).
 func (s *Sandbox) openWork() (*work, error) {
 	iso := s.rec.Isolate
 	if iso == nil {
@@ -148,7 +150,7 @@ func (s *Sandbox) openWork() (*work, error) {
 		return nil, fmt.Errorf("the checkout of %s: %w", s.name, err)
 	}
 	w := &work{s: s, iso: iso, objects: &layered{own.Storage, base.Storage}, root: root,
-		close: func() { own.Close(); base.Close(); root.Close() }}
+		close: func() { own.Close(); base.Close(); root.Close() }, lim: DefaultGitLimits()}
 	if err := w.read(own); err != nil {
 		w.close()
 		return nil, fmt.Errorf("the checkout of %s: %w", s.name, err)
@@ -170,13 +172,24 @@ func (w *work) read(own *gitStorage) error {
 	case err == nil && fi.Size() > maxIndex:
 		return fmt.Errorf(".git/index: %w: %d bytes, at most %d read", confine.ErrTooLarge, fi.Size(), maxIndex)
 	case err == nil:
-		if idx, err = own.Index(); err != nil {
+		if idx, err = w.readIndex(own); err != nil {
 			return fmt.Errorf(".git/index: %w", err)
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
 	return w.scan(idx, fi)
+}
+
+// readIndex reads the index of the repository own (through gitfs: a
+// regular file, below it), bounded as readIndex says.
+func (w *work) readIndex(own *gitStorage) (*index.Index, error) {
+	f, err := own.Filesystem().Open("index")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readIndex(f, w.lim)
 }
 
 // scan walks the checkout and sets w.files. A file whose size and

@@ -1,0 +1,104 @@
+package hostapi
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha1"
+	"encoding/binary"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// Bounds of the work a command may do on a hostile isolated checkout
+// before it fails: what tests of GitLimits assert.
+const (
+	hostileTime  = 5 * time.Second
+	hostileAlloc = 48 << 20 // bytes allocated, all goroutines
+)
+
+// failsBounded runs f, which must fail with an error naming bound
+// (e.g. "GitLimits.PathBytes") within hostileTime, having allocated at
+// most hostileAlloc bytes.
+func failsBounded(t *testing.T, what, bound string, f func() error) {
+	t.Helper()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	err := f()
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%s: %v, %d KiB allocated: %v", what, took.Round(time.Millisecond), alloc>>10, err)
+	if err == nil || !strings.Contains(err.Error(), bound) {
+		t.Errorf("%s: %v; want an error naming %s", what, err, bound)
+	}
+	if took > hostileTime {
+		t.Errorf("%s took %v, want at most %v", what, took.Round(time.Millisecond), hostileTime)
+	}
+	if alloc > hostileAlloc {
+		t.Errorf("%s allocated %d MiB, want at most %d", what, alloc>>20, hostileAlloc>>20)
+	}
+}
+
+// writeIndexV4 writes at p, as the guest can, a version-4 index of n
+// entries whose names grow by step bytes an entry. Each name is the one
+// before and step more bytes, which the format compresses to those
+// bytes alone: (64+step)*n bytes on disk, step*n*n/2 bytes of names.
+func writeIndexV4(t *testing.T, p string, n, step int, blob plumbing.Hash) {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sum := sha1.New()
+	w := bufio.NewWriter(io.MultiWriter(f, sum))
+	w.WriteString("DIRC")
+	binary.Write(w, binary.BigEndian, []uint32{4, uint32(n)})
+	suffix := bytes.Repeat([]byte("a"), step)
+	for i := 1; i <= n; i++ {
+		var stat [40]byte // times, device, inode, mode, owner, size
+		binary.BigEndian.PutUint32(stat[24:], 0o100644)
+		w.Write(stat[:])
+		w.Write(blob[:])
+		binary.Write(w, binary.BigEndian, uint16(min(i*step, 0xfff)))
+		w.WriteByte(0) // nothing stripped from the name before
+		w.Write(suffix)
+		w.WriteByte(0)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(sum.Sum(nil)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A version-4 index of 300 KB whose prefix-compressed names grow 64
+// bytes an entry names 200 MB of paths: krunbox workspaces (Changes) and
+// diff refuse it while it is decoded, at once, having allocated little.
+func TestIsolatedHostileIndex(t *testing.T) {
+	repo, _ := hostileRepo(t)
+	h, ref := testHost(t)
+	sb := createIsolated(t, h, ref, repo, "index4")
+	p := filepath.Join(sb.Isolation().Checkout, ".git/index")
+	writeIndexV4(t, p, 2500, 64, plumbing.NewHash(sandboxGit(t, sb, "rev-parse", "HEAD:f")))
+	if fi, err := os.Stat(p); err != nil || fi.Size() > 400<<10 {
+		t.Fatalf("the index: %v, %v", fi, err)
+	}
+	failsBounded(t, "Changes", "GitLimits.PathBytes", func() error {
+		_, err := sb.Changes(t.Context())
+		return err
+	})
+	failsBounded(t, "Diff --stat", "GitLimits.PathBytes", func() error {
+		return sb.Diff(t.Context(), io.Discard, DiffOptions{Stat: true})
+	})
+}

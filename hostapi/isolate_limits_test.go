@@ -1,0 +1,127 @@
+package hostapi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing/format/index"
+
+	"github.com/krunbox/krunbox/internal/confine"
+)
+
+// gitIndex makes, with the host's git, an index of version v naming
+// paths, and returns its bytes.
+func gitIndex(t *testing.T, v int, paths []string, extended bool) []byte {
+	t.Helper()
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("needs git")
+	}
+	dir := t.TempDir()
+	run := func(stdin string, args ...string) string {
+		cmd := exec.Command(git, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("", "init", "-q")
+	blob := run("x\n", "hash-object", "-w", "--stdin")
+	var in strings.Builder
+	for _, p := range paths {
+		fmt.Fprintf(&in, "100644 %s\t%s\n", blob, p)
+	}
+	run(in.String(), "update-index", "--add", "--index-info")
+	if extended {
+		run("", append([]string{"update-index", "--skip-worktree"}, paths[:len(paths)/2]...)...)
+	}
+	run("", "update-index", fmt.Sprintf("--index-version=%d", v))
+	b, err := os.ReadFile(filepath.Join(dir, ".git/index"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// readIndex decodes what go-git decodes, in every version and form of
+// entry (long names, extended flags, prefix compression with strips of
+// several varint bytes), fed a byte at a time or at once, and refuses
+// an index at its bounds, not below.
+func TestReadIndex(t *testing.T) {
+	long := strings.Repeat("l", 300)
+	paths := []string{
+		"a", "ab", "b/" + long + "/x", "b/" + long + "/y", "c", // strips of 1, of 2 varint bytes
+		strings.Repeat("n", 0xfff), strings.Repeat("n", 0xfff+10), // names of 12 bits and more
+		"z/" + strings.Repeat("z", 5000),
+	}
+	slices.Sort(paths)
+	longest, total := 0, 0
+	for _, p := range paths {
+		longest, total = max(longest, len(p)), total+len(p)
+	}
+	for _, tt := range []struct {
+		version  int
+		extended bool
+	}{{2, false}, {3, true}, {4, false}, {4, true}} {
+		t.Run(fmt.Sprintf("v%d extended %v", tt.version, tt.extended), func(t *testing.T) {
+			b := gitIndex(t, tt.version, paths, tt.extended)
+			want := &index.Index{}
+			if err := index.NewDecoder(bytes.NewReader(b)).Decode(want); err != nil {
+				t.Fatal(err)
+			}
+			lim := GitLimits{Files: len(paths), PathBytes: longest, PathsBytes: int64(total)}
+			for _, r := range []io.Reader{bytes.NewReader(b), &oneByte{b}} {
+				got, err := readIndex(r, lim)
+				if err != nil || !equalIndexes(got, want) {
+					t.Errorf("readIndex from a %T: %v, or not what go-git decodes", r, err)
+				}
+			}
+			for _, over := range []struct {
+				bound string
+				lim   GitLimits
+			}{
+				{"Files", GitLimits{Files: len(paths) - 1, PathBytes: longest, PathsBytes: int64(total)}},
+				{"PathBytes", GitLimits{Files: len(paths), PathBytes: longest - 1, PathsBytes: int64(total)}},
+				{"PathsBytes", GitLimits{Files: len(paths), PathBytes: longest, PathsBytes: int64(total) - 1}},
+			} {
+				_, err := readIndex(bytes.NewReader(b), over.lim)
+				var le *GitLimitError
+				if !errors.As(err, &le) || le.Limit != over.bound || !errors.Is(err, confine.ErrTooLarge) {
+					t.Errorf("readIndex with %s one under: %v", over.bound, err)
+				}
+			}
+		})
+	}
+}
+
+func equalIndexes(a, b *index.Index) bool {
+	return a.Version == b.Version && slices.EqualFunc(a.Entries, b.Entries, func(x, y *index.Entry) bool {
+		return x.Name == y.Name && x.Hash == y.Hash && x.Mode == y.Mode && x.SkipWorktree == y.SkipWorktree
+	})
+}
+
+// oneByte reads a byte at a time.
+type oneByte struct{ b []byte }
+
+func (r *oneByte) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	p[0], r.b = r.b[0], r.b[1:]
+	return 1, nil
+}
