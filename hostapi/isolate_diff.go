@@ -43,7 +43,7 @@ func (w *work) changes(paths []string) ([]Change, map[string][2]entry, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("base %s: %w", w.iso.Base, err)
 	}
-	was, err := treeFiles(w.objects, base)
+	was, err := treeFiles(w.objects, base, w.lim)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -125,7 +125,7 @@ func (s *Sandbox) projectPaths(paths []string) ([]string, error) {
 // The checkout is read as openWork says: nothing the guest wrote runs.
 func (s *Sandbox) Changes(ctx context.Context, paths ...string) (_ []Change, err error) {
 	defer recoverParse(s.name, &err)
-	w, err := s.openWork()
+	w, err := s.openWork(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func (s *Sandbox) Changes(ctx context.Context, paths ...string) (_ []Change, err
 // paths, or with opts.Stat a summary), for the files Changes lists.
 func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (err error) {
 	defer recoverParse(s.name, &err)
-	w, err := s.openWork()
+	w, err := s.openWork(ctx)
 	if err != nil {
 		return err
 	}

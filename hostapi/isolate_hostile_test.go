@@ -5,15 +5,18 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 )
 
 // Bounds of the work a command may do on a hostile isolated checkout
@@ -101,4 +104,87 @@ func TestIsolatedHostileIndex(t *testing.T) {
 	failsBounded(t, "Diff --stat", "GitLimits.PathBytes", func() error {
 		return sb.Diff(t.Context(), io.Discard, DiffOptions{Stat: true})
 	})
+}
+
+// looseTree writes the tree of entries (a mode, a name, an object) as a
+// loose object of the sandbox's repository and returns its hash.
+func looseTree(t *testing.T, sb *Sandbox, entries ...treeEntry) plumbing.Hash {
+	t.Helper()
+	var b bytes.Buffer
+	for _, e := range entries {
+		fmt.Fprintf(&b, "%o %s\x00", e.mode, e.name)
+		b.Write(e.hash[:])
+	}
+	return looseObjectOf(t, sb, plumbing.TreeObject, b.Bytes())
+}
+
+type treeEntry struct {
+	mode filemode.FileMode
+	name string
+	hash plumbing.Hash
+}
+
+// looseObjectOf writes content as a loose object of type typ of the
+// sandbox's repository and returns its hash.
+func looseObjectOf(t *testing.T, sb *Sandbox, typ plumbing.ObjectType, content []byte) plumbing.Hash {
+	t.Helper()
+	h := plumbing.ComputeHash(typ, content)
+	looseObject(t, sb, h.String(), fmt.Sprintf("%s %d", typ, len(content)), content)
+	return h
+}
+
+// commitTree makes a commit of tree on the sandbox's HEAD and moves its
+// branch there, as the guest's git commit would.
+func commitTree(t *testing.T, sb *Sandbox, tree plumbing.Hash) {
+	t.Helper()
+	head := sandboxGit(t, sb, "rev-parse", "HEAD")
+	c := looseObjectOf(t, sb, plumbing.CommitObject, fmt.Appendf(nil, "tree %s\nparent %s\nauthor g <g@g> 1700000000 +0000\ncommitter g <g@g> 1700000000 +0000\n\nhostile\n", tree, head))
+	ref := filepath.Join(sb.Isolation().Checkout, ".git/refs/heads", sb.Isolation().Branch)
+	if err := os.WriteFile(ref, []byte(c.String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Trees of directories nested deep, or with long names, are refused by
+// land (with --squash or not) and by the check of rm (Unlanded) at
+// once, nothing written into the user's repository: a path is at most
+// GitLimits.PathBytes, through at most GitLimits.TreeDepth directories.
+func TestIsolatedHostileTrees(t *testing.T) {
+	repo, _ := hostileRepo(t)
+	h, ref := testHost(t)
+	for _, tt := range []struct {
+		name  string
+		depth int
+		dir   string // the name of each directory
+	}{
+		{"200 directories of 20 KB names", 200, strings.Repeat("d", 20<<10)},
+		{"3000 directories deep", 3000, "d"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sb := createIsolated(t, h, ref, repo, fmt.Sprintf("nested%d", tt.depth))
+			blob := looseObjectOf(t, sb, plumbing.BlobObject, []byte("deep\n"))
+			tree := looseTree(t, sb, treeEntry{filemode.Regular, "f", blob})
+			for range tt.depth {
+				tree = looseTree(t, sb, treeEntry{filemode.Dir, tt.dir, tree})
+			}
+			commitTree(t, sb, tree)
+			before, objs := userState(t, repo), objectFiles(t, repo)
+			for _, squash := range []bool{false, true} {
+				failsBounded(t, fmt.Sprintf("Land (squash %v)", squash), "over the bound GitLimits.", func() error {
+					_, err := sb.Land(t.Context(), LandOptions{Squash: squash})
+					return err
+				})
+			}
+			failsBounded(t, "Unlanded", "over the bound GitLimits.", func() error {
+				_, err := sb.Unlanded(t.Context())
+				return err
+			})
+			if after := userState(t, repo); after != before {
+				t.Errorf("the user's repository changed:\n%s\nthen\n%s", before, after)
+			}
+			if after := objectFiles(t, repo); !slices.Equal(after, objs) {
+				t.Errorf("objects were written into the user's repository: %d files, then %d", len(objs), len(after))
+			}
+		})
+	}
 }

@@ -64,6 +64,7 @@ type copier struct {
 	from  storer.EncodedObjectStorer // the sandbox's
 	user  storer.EncodedObjectStorer // the user's, read to skip what it has
 	mem   *memory.Storage
+	lim   GitLimits
 	bytes int64
 }
 
@@ -103,10 +104,15 @@ func (c *copier) put(t plumbing.ObjectType, b []byte) (plumbing.EncodedObject, e
 	return o, nil
 }
 
-// tree copies the tree h and what it holds that the user lacks.
-func (c *copier) tree(h plumbing.Hash) error {
+// tree copies the tree h, depth directories down, and what it holds
+// that the user lacks, refusing a name git refuses (checkTreeName) or
+// longer than lim.PathBytes, and a tree deeper than lim.TreeDepth.
+func (c *copier) tree(h plumbing.Hash, depth int) error {
 	if c.has(h) {
 		return nil
+	}
+	if depth > c.lim.TreeDepth {
+		return &GitLimitError{What: fmt.Sprintf("tree %s: %d directories deep", h, depth), Limit: "TreeDepth", Max: int64(c.lim.TreeDepth)}
 	}
 	o, err := c.object(plumbing.TreeObject, h)
 	if err != nil {
@@ -117,12 +123,15 @@ func (c *copier) tree(h plumbing.Hash) error {
 		return fmt.Errorf("tree %s: %w", h, err)
 	}
 	for _, e := range t.Entries {
+		if len(e.Name) > c.lim.PathBytes {
+			return &GitLimitError{What: fmt.Sprintf("tree %s: a name of %d bytes", h, len(e.Name)), Limit: "PathBytes", Max: int64(c.lim.PathBytes)}
+		}
 		if err := checkTreeName(e.Name, e.Mode); err != nil {
 			return fmt.Errorf("tree %s: %w", h, err)
 		}
 		switch e.Mode {
 		case filemode.Dir:
-			err = c.tree(e.Hash)
+			err = c.tree(e.Hash, depth+1)
 		case filemode.Submodule:
 		default:
 			if !c.has(e.Hash) {
@@ -276,7 +285,7 @@ func (c *copier) branchCommits(head plumbing.Hash) (int, error) {
 		if err := cm.Decode(o); err != nil {
 			return 0, fmt.Errorf("commit %s: %w", h, err)
 		}
-		if err := c.tree(cm.TreeHash); err != nil {
+		if err := c.tree(cm.TreeHash, 0); err != nil {
 			return 0, err
 		}
 		queue = append(queue, cm.ParentHashes...)
@@ -287,7 +296,7 @@ func (c *copier) branchCommits(head plumbing.Hash) (int, error) {
 // final returns the tree of the checkout now (built in c when it is not
 // HEAD's) and whether it differs from HEAD's.
 func (c *copier) final(w *work) (plumbing.Hash, bool, error) {
-	head, err := treeFiles(w.objects, w.head)
+	head, err := treeFiles(w.objects, w.head, w.lim)
 	if err != nil {
 		return plumbing.ZeroHash, false, err
 	}
@@ -324,7 +333,7 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 		return nil, err
 	}
 	defer unlock()
-	w, err := s.openWork()
+	w, err := s.openWork(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -350,7 +359,7 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 	case !errors.Is(err, plumbing.ErrReferenceNotFound):
 		return nil, fmt.Errorf("land %s: %w", s.name, err)
 	}
-	c := &copier{from: w.objects, user: user, mem: memory.NewStorage()}
+	c := &copier{from: w.objects, user: user, mem: memory.NewStorage(), lim: w.lim}
 	base := plumbing.NewHash(iso.Base)
 	tip, commits := w.head.Hash, 0
 	if !opts.Squash {
@@ -364,7 +373,7 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 	}
 	switch {
 	case opts.Squash:
-		if err := c.tree(tree); err != nil {
+		if err := c.tree(tree, 0); err != nil {
 			return nil, fmt.Errorf("land %s: %w", s.name, err)
 		}
 		baseCommit, err := object.GetCommit(w.objects, base)
@@ -448,12 +457,12 @@ func (s *Sandbox) Unlanded(ctx context.Context) (_ bool, err error) {
 	if s.rec.Isolate == nil {
 		return false, nil
 	}
-	w, err := s.openWork()
+	w, err := s.openWork(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer w.close()
-	c := &copier{from: w.objects, user: w.objects, mem: memory.NewStorage()}
+	c := &copier{from: w.objects, user: w.objects, mem: memory.NewStorage(), lim: w.lim}
 	tree, _, err := c.final(w)
 	if err != nil {
 		return false, err

@@ -12,7 +12,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/krunbox/krunbox/internal/confine"
 )
@@ -124,4 +128,101 @@ func (r *oneByte) Read(p []byte) (int, error) {
 	}
 	p[0], r.b = r.b[0], r.b[1:]
 	return 1, nil
+}
+
+// treeFiles walks a tree naming another many times as many times,
+// directories counted with files; it refuses a tree at each of its
+// bounds, not below.
+func TestTreeFilesBounds(t *testing.T) {
+	st := memory.NewStorage()
+	put := func(o interface {
+		Encode(plumbing.EncodedObject) error
+	}) plumbing.Hash {
+		e := st.NewEncodedObject()
+		if err := o.Encode(e); err != nil {
+			t.Fatal(err)
+		}
+		h, err := st.SetEncodedObject(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	blob := st.NewEncodedObject()
+	blob.SetType(plumbing.BlobObject)
+	bh, _ := st.SetEncodedObject(blob)
+	tree := put(&object.Tree{Entries: []object.TreeEntry{{Name: "f", Mode: filemode.Regular, Hash: bh}}})
+	treeBytes, _ := st.EncodedObjectSize(tree)
+	// Four levels of 10 directories, each the same tree: 10^4 files.
+	files, dirs, paths := 1, 0, int64(1)
+	for range 4 {
+		var entries []object.TreeEntry
+		for i := range 10 {
+			entries = append(entries, object.TreeEntry{Name: fmt.Sprintf("d%d", i), Mode: filemode.Dir, Hash: tree})
+		}
+		tree = put(&object.Tree{Entries: entries})
+		size, _ := st.EncodedObjectSize(tree)
+		// Each level puts "dN/" before every path below and adds 10 directories.
+		paths = 10*(paths+3*int64(files+dirs)) + 20
+		files, dirs = 10*files, 10*dirs+10
+		treeBytes = 10*treeBytes + size
+	}
+	c := &object.Commit{TreeHash: tree}
+	lim := GitLimits{Files: files + dirs, PathBytes: len("d0/d0/d0/d0/f"), TreeDepth: 4, PathsBytes: max(paths, treeBytes)}
+	got, err := treeFiles(st, c, lim)
+	if err != nil || len(got) != files {
+		t.Fatalf("treeFiles = %d files, %v; want %d", len(got), err, files)
+	}
+	for _, over := range []struct {
+		bound string
+		lim   GitLimits
+	}{
+		{"Files", GitLimits{Files: files + dirs - 1, PathBytes: lim.PathBytes, TreeDepth: 4, PathsBytes: lim.PathsBytes}},
+		{"PathBytes", GitLimits{Files: lim.Files, PathBytes: lim.PathBytes - 1, TreeDepth: 4, PathsBytes: lim.PathsBytes}},
+		{"TreeDepth", GitLimits{Files: lim.Files, PathBytes: lim.PathBytes, TreeDepth: 3, PathsBytes: lim.PathsBytes}},
+		{"PathsBytes", GitLimits{Files: lim.Files, PathBytes: lim.PathBytes, TreeDepth: 4, PathsBytes: min(paths, treeBytes) - 1}},
+	} {
+		_, err := treeFiles(st, c, over.lim)
+		var le *GitLimitError
+		if !errors.As(err, &le) || le.Limit != over.bound {
+			t.Errorf("treeFiles with %s one under: %v", over.bound, err)
+		}
+	}
+}
+
+// The walk of the checkout refuses one at each of its bounds, not below.
+func TestScanBounds(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"a/bb/ccc", "d"} {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, p), []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	// a, a/bb, a/bb/ccc, d
+	lim := GitLimits{Files: 4, PathBytes: 8, PathsBytes: 1 + 4 + 8 + 1}
+	w := &work{root: root, lim: lim.withDefaults()}
+	if err := w.scan(t.Context(), &index.Index{}, nil); err != nil || len(w.files) != 2 {
+		t.Fatalf("scan: %v, %d files", err, len(w.files))
+	}
+	for _, over := range []struct {
+		bound string
+		lim   GitLimits
+	}{
+		{"Files", GitLimits{Files: 3, PathBytes: 8, PathsBytes: 14}},
+		{"PathBytes", GitLimits{Files: 4, PathBytes: 7, PathsBytes: 14}},
+		{"PathsBytes", GitLimits{Files: 4, PathBytes: 8, PathsBytes: 13}},
+	} {
+		w := &work{root: root, lim: over.lim.withDefaults()}
+		err := w.scan(t.Context(), &index.Index{}, nil)
+		var le *GitLimitError
+		if !errors.As(err, &le) || le.Limit != over.bound {
+			t.Errorf("scan with %s one under: %v", over.bound, err)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package hostapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -128,7 +129,7 @@ type work struct {
 // every file is read below the checkout with a bound, no symlink is
 // followed, and what the repository and the checkout name is bounded by
 // GitLimits (the defaults).
-func (s *Sandbox) openWork() (*work, error) {
+func (s *Sandbox) openWork(ctx context.Context) (*work, error) {
 	iso := s.rec.Isolate
 	if iso == nil {
 		return nil, fmt.Errorf("%s: %w", s.name, ErrNotIsolated)
@@ -151,14 +152,14 @@ func (s *Sandbox) openWork() (*work, error) {
 	}
 	w := &work{s: s, iso: iso, objects: &layered{own.Storage, base.Storage}, root: root,
 		close: func() { own.Close(); base.Close(); root.Close() }, lim: DefaultGitLimits()}
-	if err := w.read(own); err != nil {
+	if err := w.read(ctx, own); err != nil {
 		w.close()
 		return nil, fmt.Errorf("the checkout of %s: %w", s.name, err)
 	}
 	return w, nil
 }
 
-func (w *work) read(own *gitStorage) error {
+func (w *work) read(ctx context.Context, own *gitStorage) error {
 	ref, err := storer.ResolveReference(own, plumbing.HEAD)
 	if err != nil {
 		return fmt.Errorf("HEAD: %w", err)
@@ -178,7 +179,7 @@ func (w *work) read(own *gitStorage) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	return w.scan(idx, fi)
+	return w.scan(ctx, idx, fi)
 }
 
 // readIndex reads the index of the repository own (through gitfs: a
@@ -197,7 +198,9 @@ func (w *work) readIndex(own *gitStorage) (*index.Index, error) {
 // the index was written, has the index's hash; any other is hashed.
 // Untracked files count unless .gitignore or .git/info/exclude ignore
 // them; an ignored directory that holds nothing tracked is not walked.
-func (w *work) scan(idx *index.Index, idxInfo fs.FileInfo) error {
+// At most lim.Files files and directories are walked, of paths at most
+// lim.PathBytes long, lim.PathsBytes in all.
+func (w *work) scan(ctx context.Context, idx *index.Index, idxInfo fs.FileInfo) error {
 	tracked := map[string]*index.Entry{}
 	dirs := map[string]bool{}
 	for _, e := range idx.Entries {
@@ -218,9 +221,12 @@ func (w *work) scan(idx *index.Index, idxInfo fs.FileInfo) error {
 		patterns = append(patterns, parseIgnore(b, nil)...)
 	}
 	w.files = map[string]entry{}
-	n := 0
+	n, paths := 0, int64(0)
 	var walk func(dir string, domain []string) error
 	walk = func(dir string, domain []string) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if b, err := confine.ReadFile(w.root, path.Join(dir, ".gitignore"), confine.DefaultMaxRead); err == nil {
 			patterns = append(patterns, parseIgnore(b, domain)...)
 		}
@@ -236,10 +242,16 @@ func (w *work) scan(idx *index.Index, idxInfo fs.FileInfo) error {
 		}
 		slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 		for _, e := range ents {
-			if n++; n > maxWorkFiles {
-				return fmt.Errorf("more than %d files", maxWorkFiles)
+			if n++; n > w.lim.Files {
+				return &GitLimitError{What: fmt.Sprintf("the checkout has more than %d files and directories", w.lim.Files), Limit: "Files", Max: int64(w.lim.Files)}
 			}
 			rel := path.Join(dir, e.Name())
+			if len(rel) > w.lim.PathBytes {
+				return &GitLimitError{What: fmt.Sprintf("the checkout: %s: a path of %d bytes", shortPath(rel), len(rel)), Limit: "PathBytes", Max: int64(w.lim.PathBytes)}
+			}
+			if paths += int64(len(rel)); paths > w.lim.PathsBytes {
+				return &GitLimitError{What: fmt.Sprintf("the checkout: the paths of its first %d files and directories hold %d bytes", n, paths), Limit: "PathsBytes", Max: w.lim.PathsBytes}
+			}
 			if dir == "." && e.Name() == ".git" {
 				continue
 			}
@@ -324,31 +336,81 @@ func (w *work) hashFile(rel string, mode filemode.FileMode) (plumbing.Hash, erro
 	return plumbing.ComputeHash(plumbing.BlobObject, b), nil
 }
 
-// treeFiles returns the files of the tree of commit c.
-func treeFiles(objects storer.EncodedObjectStorer, c *object.Commit) (map[string]entry, error) {
-	t, err := object.GetTree(objects, c.TreeHash)
-	if err != nil {
+// treeFiles returns the files of the tree of commit c, bounded by lim:
+// at most lim.Files entries walked (directories too: a tree may name
+// another many times), each path at most lim.PathBytes long and through
+// at most lim.TreeDepth directories, lim.PathsBytes of paths in all and
+// as many of tree objects read.
+func treeFiles(objects storer.EncodedObjectStorer, c *object.Commit, lim GitLimits) (map[string]entry, error) {
+	tw := &treeWalk{objects: objects, lim: lim, files: map[string]entry{}}
+	if err := tw.walk(c.TreeHash, "", 0); err != nil {
 		return nil, fmt.Errorf("tree of %s: %w", c.Hash, err)
 	}
-	out := map[string]entry{}
-	walker := object.NewTreeWalker(t, true, nil)
-	defer walker.Close()
-	for {
-		name, e, err := walker.Next()
-		if err == io.EOF {
-			return out, nil
+	return tw.files, nil
+}
+
+// treeWalk is the state of treeFiles.
+type treeWalk struct {
+	objects storer.EncodedObjectStorer
+	lim     GitLimits
+	files   map[string]entry
+	entries int
+	paths   int64 // bytes of the paths walked
+	trees   int64 // bytes of the tree objects read
+}
+
+// walk adds the files of the tree h, at the path dir ("" for the root)
+// depth directories down.
+func (tw *treeWalk) walk(h plumbing.Hash, dir string, depth int) error {
+	o, err := tw.objects.EncodedObject(plumbing.TreeObject, h)
+	if err != nil {
+		return fmt.Errorf("tree %s: %w", h, err)
+	}
+	if tw.trees += o.Size(); tw.trees > tw.lim.PathsBytes {
+		return &GitLimitError{What: fmt.Sprintf("its trees hold more than %d bytes", tw.lim.PathsBytes), Limit: "PathsBytes", Max: tw.lim.PathsBytes}
+	}
+	t, err := object.DecodeTree(tw.objects, o)
+	if err != nil {
+		return fmt.Errorf("tree %s: %w", h, err)
+	}
+	for _, e := range t.Entries {
+		if tw.entries++; tw.entries > tw.lim.Files {
+			return &GitLimitError{What: fmt.Sprintf("more than %d files and directories", tw.lim.Files), Limit: "Files", Max: int64(tw.lim.Files)}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("tree of %s: %w", c.Hash, err)
+		n := len(e.Name)
+		if dir != "" {
+			n += len(dir) + 1
 		}
-		if e.Mode == filemode.Dir {
+		if n > tw.lim.PathBytes {
+			return &GitLimitError{What: fmt.Sprintf("tree %s: a path of %d bytes", h, n), Limit: "PathBytes", Max: int64(tw.lim.PathBytes)}
+		}
+		if tw.paths += int64(n); tw.paths > tw.lim.PathsBytes {
+			return &GitLimitError{What: fmt.Sprintf("the paths of its first %d files and directories hold %d bytes", tw.entries, tw.paths), Limit: "PathsBytes", Max: tw.lim.PathsBytes}
+		}
+		p := e.Name
+		if dir != "" {
+			p = dir + "/" + e.Name
+		}
+		if e.Mode != filemode.Dir {
+			tw.files[p] = entry{Hash: e.Hash, Mode: e.Mode}
 			continue
 		}
-		if len(out) >= maxWorkFiles {
-			return nil, fmt.Errorf("tree of %s: more than %d files", c.Hash, maxWorkFiles)
+		if depth+1 > tw.lim.TreeDepth {
+			return &GitLimitError{What: fmt.Sprintf("tree %s: a directory %d deep", h, depth+1), Limit: "TreeDepth", Max: int64(tw.lim.TreeDepth)}
 		}
-		out[name] = entry{Hash: e.Hash, Mode: e.Mode}
+		if err := tw.walk(e.Hash, p, depth+1); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// shortPath returns p, or its start when it is long, for a message.
+func shortPath(p string) string {
+	if len(p) > 200 {
+		return p[:200] + "..."
+	}
+	return p
 }
 
 // blob returns the content of the file at p in the state e: from the
