@@ -141,7 +141,7 @@ func checkoutOne(st *gitStorage, root *os.Root, dir *os.File, f *checkoutFile) e
 	case filemode.Submodule:
 		return root.Mkdir(f.path, 0o755) // empty, as git leaves it
 	case filemode.Symlink:
-		b, err := readObject(st, plumbing.BlobObject, f.hash)
+		b, err := readObject(st, plumbing.BlobObject, f.hash, maxBlob)
 		if err != nil {
 			return err
 		}

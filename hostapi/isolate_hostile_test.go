@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/index"
 )
 
 // Bounds of the work a command may do on a hostile isolated checkout
@@ -186,5 +187,48 @@ func TestIsolatedHostileTrees(t *testing.T) {
 				t.Errorf("objects were written into the user's repository: %d files, then %d", len(objs), len(after))
 			}
 		})
+	}
+}
+
+// One small object holding 30 MiB of text, named by 10 entries of the
+// index whose stat data match 10 small files (so that their content is
+// taken from the object), would make diff read 300 MiB: it is refused
+// before any is read, its sizes over GitLimits.DiffBytes.
+func TestIsolatedHostileBlob(t *testing.T) {
+	repo, _ := hostileRepo(t)
+	h, ref := testHost(t)
+	sb := createIsolated(t, h, ref, repo, "blob")
+	co := sb.Isolation().Checkout
+	blob := looseObjectOf(t, sb, plumbing.BlobObject, bytes.Repeat([]byte("x\n"), 15<<20))
+	if fi, err := os.Stat(filepath.Join(co, ".git/objects", blob.String()[:2], blob.String()[2:])); err != nil || fi.Size() > 1<<20 {
+		t.Fatalf("the object: %v, %v", fi, err)
+	}
+	idx := &index.Index{Version: 2}
+	when := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 10 {
+		name := fmt.Sprintf("f%d", i)
+		if err := os.WriteFile(filepath.Join(co, name), []byte("y\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(filepath.Join(co, name), when, when)
+		idx.Entries = append(idx.Entries, &index.Entry{Name: name, Hash: blob, Mode: filemode.Regular, Size: 2, ModifiedAt: when})
+	}
+	f, err := os.Create(filepath.Join(co, ".git/index"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.NewEncoder(f).Encode(idx); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, stat := range []bool{true, false} {
+		failsBounded(t, fmt.Sprintf("Diff (stat %v)", stat), "GitLimits.DiffBytes", func() error {
+			return sb.Diff(t.Context(), io.Discard, DiffOptions{Stat: stat})
+		})
+	}
+	// Changes reads no file: it lists them.
+	ch, err := sb.Changes(t.Context())
+	if err != nil || len(ch) != 10 {
+		t.Errorf("Changes = %d, %v; want the 10 files", len(ch), err)
 	}
 }

@@ -77,7 +77,7 @@ func (c *copier) has(h plumbing.Hash) bool {
 
 // object copies the object h, expected of type t.
 func (c *copier) object(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	b, err := readObject(c.from, t, h)
+	b, err := readObject(c.from, t, h, maxBlob)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func (c *copier) buildTree(w *work, files map[string]entry) (plumbing.Hash, erro
 		}
 		switch {
 		case e.file:
-			b, err := w.blob(p, e)
+			b, err := w.blob(p, e, maxBlob)
 			if err != nil {
 				return plumbing.ZeroHash, err
 			}

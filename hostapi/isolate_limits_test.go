@@ -11,9 +11,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	fdiff "github.com/go-git/go-git/v5/plumbing/format/diff"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/memory"
@@ -224,5 +226,38 @@ func TestScanBounds(t *testing.T) {
 		if !errors.As(err, &le) || le.Limit != over.bound {
 			t.Errorf("scan with %s one under: %v", over.bound, err)
 		}
+	}
+}
+
+// Past its deadline, a diff is coarse (what differs is one deletion and
+// one insertion) but still turns the old text into the new.
+func TestDiffChunksDeadline(t *testing.T) {
+	var from, to strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&from, "line %d\n", i)
+		if i%10 == 5 {
+			fmt.Fprintf(&to, "changed %d\n", i)
+		} else {
+			fmt.Fprintf(&to, "line %d\n", i)
+		}
+	}
+	text := func(chunks []chunk, skip fdiff.Operation) string {
+		var b strings.Builder
+		for _, c := range chunks {
+			if c.op != skip {
+				b.WriteString(c.text)
+			}
+		}
+		return b.String()
+	}
+	small := diffChunks(from.String(), to.String(), time.Now().Add(time.Minute))
+	coarse := diffChunks(from.String(), to.String(), time.Now().Add(-time.Second))
+	for _, c := range [][]chunk{small, coarse} {
+		if text(c, fdiff.Add) != from.String() || text(c, fdiff.Delete) != to.String() {
+			t.Errorf("the chunks do not turn the old text into the new")
+		}
+	}
+	if len(small) != 61 || len(coarse) != 4 {
+		t.Errorf("%d chunks before the deadline, %d after; want 61 and 4", len(small), len(coarse))
 	}
 }

@@ -319,17 +319,17 @@ func parseIgnore(b []byte, domain []string) []gitignore.Pattern {
 }
 
 // readFile returns the content of the checkout's file rel as git stores
-// it: a symlink's target, a regular file's bytes, at most maxBlob.
-func (w *work) readFile(rel string, mode filemode.FileMode) ([]byte, error) {
+// it: a symlink's target, a regular file's bytes, at most max.
+func (w *work) readFile(rel string, mode filemode.FileMode, max int64) ([]byte, error) {
 	if mode == filemode.Symlink {
 		t, err := w.root.Readlink(rel)
 		return []byte(t), err
 	}
-	return confine.ReadFile(w.root, rel, maxBlob)
+	return confine.ReadFile(w.root, rel, max)
 }
 
 func (w *work) hashFile(rel string, mode filemode.FileMode) (plumbing.Hash, error) {
-	b, err := w.readFile(rel, mode)
+	b, err := w.readFile(rel, mode, maxBlob)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
@@ -413,28 +413,51 @@ func shortPath(p string) string {
 	return p
 }
 
-// blob returns the content of the file at p in the state e: from the
-// checkout when it was hashed from there, else from the objects.
-func (w *work) blob(p string, e entry) ([]byte, error) {
+// blob returns the content of the file at p in the state e, at most max
+// bytes: from the checkout when it was hashed from there, else from the
+// objects.
+func (w *work) blob(p string, e entry, max int64) ([]byte, error) {
 	if e.file {
-		b, err := w.readFile(p, e.Mode)
+		b, err := w.readFile(p, e.Mode, max)
 		if err == nil && plumbing.ComputeHash(plumbing.BlobObject, b) != e.Hash {
 			err = fmt.Errorf("%s changed while being read", p)
 		}
 		return b, err
 	}
-	return readObject(w.objects, plumbing.BlobObject, e.Hash)
+	return readObject(w.objects, plumbing.BlobObject, e.Hash, max)
+}
+
+// blobSize returns the size of the file at p in the state e, as blob
+// would read it, without reading it: the checkout's file's, or the one
+// its object's header says. A submodule's is 0.
+func (w *work) blobSize(p string, e entry) (int64, error) {
+	switch {
+	case e.Hash.IsZero() || e.Mode == filemode.Submodule:
+		return 0, nil
+	case e.file:
+		fi, err := w.root.Lstat(p)
+		if err != nil {
+			return 0, err
+		}
+		return fi.Size(), nil
+	}
+	n, err := w.objects.EncodedObjectSize(e.Hash)
+	if err != nil {
+		return 0, fmt.Errorf("object %s: %w", e.Hash, err)
+	}
+	return n, nil
 }
 
 // readObject reads the object h of type t (any, for AnyObject), at most
-// maxBlob bytes, and checks that its content is what h names.
-func readObject(objects storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error) {
+// max bytes as its header says, and checks that its content is what h
+// names.
+func readObject(objects storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash, max int64) ([]byte, error) {
 	o, err := objects.EncodedObject(t, h)
 	if err != nil {
 		return nil, fmt.Errorf("object %s: %w", h, err)
 	}
-	if o.Size() > maxBlob || o.Size() < 0 {
-		return nil, fmt.Errorf("object %s: %w: %d bytes, at most %d read", h, confine.ErrTooLarge, o.Size(), maxBlob)
+	if o.Size() > max || o.Size() < 0 {
+		return nil, fmt.Errorf("object %s: %w: %d bytes, at most %d read", h, confine.ErrTooLarge, o.Size(), max)
 	}
 	r, err := o.Reader()
 	if err != nil {
