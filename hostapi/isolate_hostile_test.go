@@ -23,7 +23,7 @@ import (
 // Bounds of the work a command may do on a hostile isolated checkout
 // before it fails: what tests of GitLimits assert.
 const (
-	hostileTime  = 5 * time.Second
+	hostileTime  = 10 * time.Second
 	hostileAlloc = 48 << 20 // bytes allocated, all goroutines
 )
 
@@ -231,4 +231,56 @@ func TestIsolatedHostileBlob(t *testing.T) {
 	if err != nil || len(ch) != 10 {
 		t.Errorf("Changes = %d, %v; want the 10 files", len(ch), err)
 	}
+}
+
+// A .gitignore of 130k patterns, and files not tracked for them to be
+// tried on, would make the walk of the checkout (krunbox workspaces)
+// try each pattern on each file, 50 ms a file: it stops at
+// GitLimits.IgnoreMatches.
+func TestIsolatedHostileIgnore(t *testing.T) {
+	repo, _ := hostileRepo(t)
+	h, ref := testHost(t)
+	sb := createIsolated(t, h, ref, repo, "ignore")
+	co := sb.Isolation().Checkout
+	var ignore bytes.Buffer
+	for i := range 130000 {
+		fmt.Fprintf(&ignore, "p%06d\n", i)
+	}
+	if err := os.WriteFile(filepath.Join(co, ".gitignore"), ignore.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(co, "new"), 0o755)
+	for i := range 1000 {
+		if err := os.WriteFile(filepath.Join(co, "new", fmt.Sprint(i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failsBounded(t, "Changes", "GitLimits.IgnoreMatches", func() error {
+		_, err := sb.Changes(t.Context())
+		return err
+	})
+}
+
+// Sparse files not tracked, 256 MiB each on no disk, would make the walk
+// of the checkout read and hash them all, each whole in memory: it
+// hashes as it reads, and stops at GitLimits.HashBytes.
+func TestIsolatedHostileSparse(t *testing.T) {
+	repo, _ := hostileRepo(t)
+	h, ref := testHost(t)
+	sb := createIsolated(t, h, ref, repo, "sparse")
+	for i := range 5 {
+		f, err := os.Create(filepath.Join(sb.Isolation().Checkout, fmt.Sprint("sparse", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f.Truncate(256 << 20)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	failsBounded(t, "Changes", "GitLimits.HashBytes", func() error {
+		_, err := sb.Changes(t.Context())
+		return err
+	})
 }

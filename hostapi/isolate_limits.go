@@ -29,9 +29,23 @@ type GitLimits struct {
 	// checkout or of one commit's tree (and, apart, of the tree objects
 	// read for it): 128 MiB by default (1 Mi paths of 128 bytes).
 	PathsBytes int64
+	// IgnoreBytes bounds the bytes of the ignore files (.gitignore,
+	// .git/info/exclude) one walk of the checkout reads: 1 MiB by
+	// default.
+	IgnoreBytes int64
+	// IgnoreMatches bounds the times one walk of the checkout tries an
+	// ignore pattern on a path not tracked: 4 Mi by default (50k paths
+	// under 80 patterns each), at most a second or two (go-git takes 0.3
+	// to 0.7 µs a try).
+	IgnoreMatches int64
+	// HashBytes bounds the bytes of the files one walk of the checkout
+	// hashes (those not tracked, or changed since the index was
+	// written; each at most maxBlob): 512 MiB by default, a few seconds
+	// (go-git's SHA-1, which detects collisions, hashes 100 to 250 MB/s).
+	HashBytes int64
 	// DiffBytes bounds the bytes of the files one Diff reads, both sides
-	// of every file changed: 256 MiB by default (a single file is at most
-	// maxBlob, 256 MiB, in any case).
+	// of every file changed: 256 MiB by default, a patch no one reads
+	// whole (naming paths narrows a diff to fewer files).
 	DiffBytes int64
 	// DiffTime bounds the time one Diff spends finding the smallest
 	// patch of its files: 10 s by default. Past it, a file's change is
@@ -43,12 +57,15 @@ type GitLimits struct {
 // DefaultGitLimits returns the default GitLimits.
 func DefaultGitLimits() GitLimits {
 	return GitLimits{
-		Files:      maxWorkFiles,
-		PathBytes:  4096,
-		TreeDepth:  2048,
-		PathsBytes: 128 << 20,
-		DiffBytes:  256 << 20,
-		DiffTime:   10 * time.Second,
+		Files:         maxWorkFiles,
+		PathBytes:     4096,
+		TreeDepth:     2048,
+		PathsBytes:    128 << 20,
+		IgnoreBytes:   1 << 20,
+		IgnoreMatches: 4 << 20,
+		HashBytes:     512 << 20,
+		DiffBytes:     256 << 20,
+		DiffTime:      10 * time.Second,
 	}
 }
 
@@ -66,6 +83,15 @@ func (l GitLimits) withDefaults() GitLimits {
 	}
 	if l.PathsBytes <= 0 {
 		l.PathsBytes = d.PathsBytes
+	}
+	if l.IgnoreBytes <= 0 {
+		l.IgnoreBytes = d.IgnoreBytes
+	}
+	if l.IgnoreMatches <= 0 {
+		l.IgnoreMatches = d.IgnoreMatches
+	}
+	if l.HashBytes <= 0 {
+		l.HashBytes = d.HashBytes
 	}
 	if l.DiffBytes <= 0 {
 		l.DiffBytes = d.DiffBytes
@@ -96,8 +122,12 @@ func (e *GitLimitError) Is(target error) bool { return target == confine.ErrTooL
 
 // Hint tells the user what to do.
 func (e *GitLimitError) Hint() string {
-	if e.Limit == "DiffBytes" {
+	switch e.Limit {
+	case "DiffBytes":
 		return "name some of its paths (krunbox diff NAME PATH...) to see part of it"
+	case "IgnoreMatches", "HashBytes":
+		return "files the sandbox's index does not hold are read at every look: commit them in the sandbox, " +
+			"ignore them (.gitignore) or remove them"
 	}
 	return "no repository git writes comes near this bound: the sandbox's repository is damaged or hostile; " +
 		"reset it in the sandbox (git reset), or remove the sandbox"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -259,5 +260,67 @@ func TestDiffChunksDeadline(t *testing.T) {
 	}
 	if len(small) != 61 || len(coarse) != 4 {
 		t.Errorf("%d chunks before the deadline, %d after; want 61 and 4", len(small), len(coarse))
+	}
+}
+
+// The walk of the checkout applies a directory's ignore patterns below
+// it (and its parents'), never to its siblings, skips an ignored
+// directory and goes on with the next; it refuses a checkout one under
+// each of its bounds on ignore files and hashing, not at them.
+func TestScanIgnores(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		".gitignore":      "*.log\nbuild/\n",
+		"a.log":           "ignored\n",
+		"build/x":         "ignored\n",
+		"c":               "kept\n",
+		"sub1/.gitignore": "secret\n",
+		"sub1/k":          "kept\n",
+		"sub1/secret":     "ignored\n",
+		"sub2/secret":     "kept\n",
+		"sub2/z.log":      "ignored\n",
+	}
+	for p, data := range files {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	ignoreBytes := int64(len(files[".gitignore"]) + len(files["sub1/.gitignore"]))
+	// Tried on: 6 names at the top under 2 patterns, 3 in sub1 under 3,
+	// 2 in sub2 under 2.
+	matches := int64(6*2 + 3*3 + 2*2)
+	var hashed int64
+	for _, p := range []string{".gitignore", "c", "sub1/.gitignore", "sub1/k", "sub2/secret"} {
+		hashed += int64(len(files[p]))
+	}
+	lim := GitLimits{IgnoreBytes: ignoreBytes, IgnoreMatches: matches, HashBytes: hashed}
+	w := &work{root: root, lim: lim.withDefaults()}
+	if err := w.scan(t.Context(), &index.Index{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(maps.Keys(w.files))
+	if want := []string{".gitignore", "c", "sub1/.gitignore", "sub1/k", "sub2/secret"}; !slices.Equal(got, want) {
+		t.Errorf("scan found %q, want %q", got, want)
+	}
+	for _, over := range []struct {
+		bound string
+		lim   GitLimits
+	}{
+		{"IgnoreBytes", GitLimits{IgnoreBytes: ignoreBytes - 1, IgnoreMatches: matches, HashBytes: hashed}},
+		{"IgnoreMatches", GitLimits{IgnoreBytes: ignoreBytes, IgnoreMatches: matches - 1, HashBytes: hashed}},
+		{"HashBytes", GitLimits{IgnoreBytes: ignoreBytes, IgnoreMatches: matches, HashBytes: hashed - 1}},
+	} {
+		w := &work{root: root, lim: over.lim.withDefaults()}
+		err := w.scan(t.Context(), &index.Index{}, nil)
+		var le *GitLimitError
+		if !errors.As(err, &le) || le.Limit != over.bound {
+			t.Errorf("scan with %s one under: %v", over.bound, err)
+		}
 	}
 }

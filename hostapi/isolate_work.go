@@ -198,112 +198,207 @@ func (w *work) readIndex(own *gitStorage) (*index.Index, error) {
 // the index was written, has the index's hash; any other is hashed.
 // Untracked files count unless .gitignore or .git/info/exclude ignore
 // them; an ignored directory that holds nothing tracked is not walked.
-// At most lim.Files files and directories are walked, of paths at most
-// lim.PathBytes long, lim.PathsBytes in all.
+// The walk is bounded by w.lim: Files, PathBytes and PathsBytes for
+// what it walks, IgnoreBytes and IgnoreMatches for the ignore files,
+// HashBytes for the files hashed.
 func (w *work) scan(ctx context.Context, idx *index.Index, idxInfo fs.FileInfo) error {
-	tracked := map[string]*index.Entry{}
-	dirs := map[string]bool{}
+	sc := &scanner{w: w, ctx: ctx, tracked: map[string]*index.Entry{}, dirs: map[string]bool{}, idxInfo: idxInfo}
 	for _, e := range idx.Entries {
 		if e.Stage != 0 {
-			tracked[e.Name] = nil // a conflict: hashed
+			sc.tracked[e.Name] = nil // a conflict: hashed
 			continue
 		}
-		tracked[e.Name] = e
+		sc.tracked[e.Name] = e
 		for d := path.Dir(e.Name); d != "."; d = path.Dir(d) {
-			if dirs[d] {
+			if sc.dirs[d] {
 				break
 			}
-			dirs[d] = true
+			sc.dirs[d] = true
 		}
 	}
-	var patterns []gitignore.Pattern
-	if b, err := confine.ReadFile(w.root, ".git/info/exclude", confine.DefaultMaxRead); err == nil {
-		patterns = append(patterns, parseIgnore(b, nil)...)
+	patterns, err := sc.ignoreFile(".git/info/exclude", nil, nil)
+	if err != nil {
+		return err
 	}
 	w.files = map[string]entry{}
-	n, paths := 0, int64(0)
-	var walk func(dir string, domain []string) error
-	walk = func(dir string, domain []string) error {
-		if err := ctx.Err(); err != nil {
-			return err
+	return sc.walk(".", nil, patterns)
+}
+
+// scanner is the state of work.scan.
+type scanner struct {
+	w       *work
+	ctx     context.Context
+	tracked map[string]*index.Entry
+	dirs    map[string]bool // the directories of tracked files
+	idxInfo fs.FileInfo     // the index's
+	entries int             // files and directories walked
+	paths   int64           // bytes of their paths
+	ignore  int64           // bytes of ignore files read
+	matches int64           // patterns tried on paths
+	hashed  int64           // bytes of files hashed
+}
+
+// walk walks the directory dir, whose path is domain, under the ignore
+// patterns of its parents.
+func (sc *scanner) walk(dir string, domain []string, patterns []gitignore.Pattern) error {
+	if err := sc.ctx.Err(); err != nil {
+		return err
+	}
+	patterns, err := sc.ignoreFile(path.Join(dir, ".gitignore"), domain, patterns)
+	if err != nil {
+		return err
+	}
+	d, err := sc.w.root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	ents, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	lim := sc.w.lim
+	for _, e := range ents {
+		if sc.entries++; sc.entries > lim.Files {
+			return &GitLimitError{What: fmt.Sprintf("the checkout has more than %d files and directories", lim.Files), Limit: "Files", Max: int64(lim.Files)}
 		}
-		if b, err := confine.ReadFile(w.root, path.Join(dir, ".gitignore"), confine.DefaultMaxRead); err == nil {
-			patterns = append(patterns, parseIgnore(b, domain)...)
+		rel := path.Join(dir, e.Name())
+		if len(rel) > lim.PathBytes {
+			return &GitLimitError{What: fmt.Sprintf("the checkout: %s: a path of %d bytes", shortPath(rel), len(rel)), Limit: "PathBytes", Max: int64(lim.PathBytes)}
 		}
-		matcher := gitignore.NewMatcher(patterns)
-		d, err := w.root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
-		if err != nil {
-			return err
+		if sc.paths += int64(len(rel)); sc.paths > lim.PathsBytes {
+			return &GitLimitError{What: fmt.Sprintf("the checkout: the paths of its first %d files and directories hold %d bytes", sc.entries, sc.paths), Limit: "PathsBytes", Max: lim.PathsBytes}
 		}
-		ents, err := d.ReadDir(-1)
-		d.Close()
-		if err != nil {
-			return err
+		if dir == "." && e.Name() == ".git" {
+			continue
 		}
-		slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-		for _, e := range ents {
-			if n++; n > w.lim.Files {
-				return &GitLimitError{What: fmt.Sprintf("the checkout has more than %d files and directories", w.lim.Files), Limit: "Files", Max: int64(w.lim.Files)}
+		parts := append(slices.Clip(domain), e.Name())
+		switch {
+		case e.IsDir():
+			if !sc.dirs[rel] {
+				ignored, err := sc.ignored(patterns, parts, true)
+				if err != nil {
+					return err
+				}
+				if ignored {
+					continue
+				}
+				if _, err := sc.w.root.Lstat(path.Join(rel, ".git")); err == nil {
+					continue // another repository
+				}
 			}
-			rel := path.Join(dir, e.Name())
-			if len(rel) > w.lim.PathBytes {
-				return &GitLimitError{What: fmt.Sprintf("the checkout: %s: a path of %d bytes", shortPath(rel), len(rel)), Limit: "PathBytes", Max: int64(w.lim.PathBytes)}
-			}
-			if paths += int64(len(rel)); paths > w.lim.PathsBytes {
-				return &GitLimitError{What: fmt.Sprintf("the checkout: the paths of its first %d files and directories hold %d bytes", n, paths), Limit: "PathsBytes", Max: w.lim.PathsBytes}
-			}
-			if dir == "." && e.Name() == ".git" {
+			if te, ok := sc.tracked[rel]; ok && te != nil && te.Mode == filemode.Submodule {
+				sc.w.files[rel] = entry{Hash: te.Hash, Mode: te.Mode}
 				continue
 			}
-			parts := append(slices.Clone(domain), e.Name())
-			switch {
-			case e.IsDir():
-				if !dirs[rel] {
-					if matcher.Match(parts, true) {
-						continue
-					}
-					if _, err := w.root.Lstat(path.Join(rel, ".git")); err == nil {
-						continue // another repository
-					}
-				}
-				if te, ok := tracked[rel]; ok && te != nil && te.Mode == filemode.Submodule {
-					w.files[rel] = entry{Hash: te.Hash, Mode: te.Mode}
-					continue
-				}
-				if err := walk(rel, parts); err != nil {
-					return err
-				}
-			case e.Type().IsRegular() || e.Type() == fs.ModeSymlink:
-				te, isTracked := tracked[rel]
-				if !isTracked && matcher.Match(parts, false) {
-					continue
-				}
-				fi, err := e.Info()
-				if err != nil {
-					continue // gone meanwhile
-				}
-				mode := filemode.Regular
-				switch {
-				case fi.Mode()&fs.ModeSymlink != 0:
-					mode = filemode.Symlink
-				case fi.Mode()&0o111 != 0:
-					mode = filemode.Executable
-				}
-				if te != nil && te.Mode == mode && int64(te.Size) == fi.Size()&0xffffffff &&
-					te.ModifiedAt.Equal(fi.ModTime()) && idxInfo != nil && fi.ModTime().Before(idxInfo.ModTime()) {
-					w.files[rel] = entry{Hash: te.Hash, Mode: mode}
-					continue
-				}
-				h, err := w.hashFile(rel, mode)
-				if err != nil {
-					return err
-				}
-				w.files[rel] = entry{Hash: h, Mode: mode, file: true}
+			if err := sc.walk(rel, parts, patterns); err != nil {
+				return err
+			}
+		case e.Type().IsRegular() || e.Type() == fs.ModeSymlink:
+			if err := sc.file(rel, e, parts, patterns); err != nil {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// file adds the regular file or symlink rel of the checkout, unless it
+// is ignored.
+func (sc *scanner) file(rel string, e fs.DirEntry, parts []string, patterns []gitignore.Pattern) error {
+	te, isTracked := sc.tracked[rel]
+	if !isTracked {
+		ignored, err := sc.ignored(patterns, parts, false)
+		if err != nil || ignored {
+			return err
+		}
+	}
+	fi, err := e.Info()
+	if err != nil {
+		return nil // gone meanwhile
+	}
+	mode := filemode.Regular
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		mode = filemode.Symlink
+	case fi.Mode()&0o111 != 0:
+		mode = filemode.Executable
+	}
+	if te != nil && te.Mode == mode && int64(te.Size) == fi.Size()&0xffffffff &&
+		te.ModifiedAt.Equal(fi.ModTime()) && sc.idxInfo != nil && fi.ModTime().Before(sc.idxInfo.ModTime()) {
+		sc.w.files[rel] = entry{Hash: te.Hash, Mode: mode}
 		return nil
 	}
-	return walk(".", nil)
+	h, err := sc.hash(rel, mode)
+	if err != nil {
+		return err
+	}
+	sc.w.files[rel] = entry{Hash: h, Mode: mode, file: true}
+	return nil
+}
+
+// ignoreFile returns patterns and those of the ignore file name (if
+// any), whose directory is domain: the ignore files of one walk hold at
+// most lim.IgnoreBytes.
+func (sc *scanner) ignoreFile(name string, domain []string, patterns []gitignore.Pattern) ([]gitignore.Pattern, error) {
+	b, err := confine.ReadFile(sc.w.root, name, confine.DefaultMaxRead)
+	if err != nil {
+		return patterns, nil
+	}
+	if sc.ignore += int64(len(b)); sc.ignore > sc.w.lim.IgnoreBytes {
+		return nil, &GitLimitError{What: fmt.Sprintf("the checkout: its ignore files hold %d bytes or more", sc.ignore), Limit: "IgnoreBytes", Max: sc.w.lim.IgnoreBytes}
+	}
+	// Clipped: the patterns of a directory are its own and its
+	// parents', never its siblings'.
+	return append(slices.Clip(patterns), parseIgnore(b, domain)...), nil
+}
+
+// ignored reports whether patterns ignore the path parts: each pattern
+// tried counts against lim.IgnoreMatches.
+func (sc *scanner) ignored(patterns []gitignore.Pattern, parts []string, isDir bool) (bool, error) {
+	if sc.matches += int64(len(patterns)); sc.matches > sc.w.lim.IgnoreMatches {
+		return false, &GitLimitError{What: fmt.Sprintf("the checkout: its ignore patterns were tried %d times", sc.matches), Limit: "IgnoreMatches", Max: sc.w.lim.IgnoreMatches}
+	}
+	return gitignore.NewMatcher(patterns).Match(parts, isDir), nil
+}
+
+// hash returns the blob hash of the checkout's file rel, of mode mode,
+// read as it streams by: at most maxBlob bytes, lim.HashBytes in all.
+func (sc *scanner) hash(rel string, mode filemode.FileMode) (plumbing.Hash, error) {
+	if mode == filemode.Symlink {
+		t, err := sc.w.root.Readlink(rel)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		return plumbing.ComputeHash(plumbing.BlobObject, []byte(t)), nil
+	}
+	f, err := sc.w.root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return plumbing.ZeroHash, err
+	case !fi.Mode().IsRegular():
+		return plumbing.ZeroHash, fmt.Errorf("%s: %w", rel, confine.ErrNotRegular)
+	case fi.Size() > maxBlob:
+		return plumbing.ZeroHash, fmt.Errorf("%s: %w: %d bytes, at most %d read", rel, confine.ErrTooLarge, fi.Size(), int64(maxBlob))
+	}
+	if sc.hashed += fi.Size(); sc.hashed > sc.w.lim.HashBytes {
+		return plumbing.ZeroHash, &GitLimitError{What: fmt.Sprintf("the checkout: the files to hash hold %d bytes or more", sc.hashed), Limit: "HashBytes", Max: sc.w.lim.HashBytes}
+	}
+	h := plumbing.NewHasher(plumbing.BlobObject, fi.Size())
+	n, err := io.Copy(h, io.LimitReader(f, fi.Size()+1))
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("%s: %w", rel, err)
+	}
+	if n != fi.Size() {
+		return plumbing.ZeroHash, fmt.Errorf("%s changed while being read", rel)
+	}
+	return h.Sum(), nil
 }
 
 func parseIgnore(b []byte, domain []string) []gitignore.Pattern {
@@ -326,14 +421,6 @@ func (w *work) readFile(rel string, mode filemode.FileMode, max int64) ([]byte, 
 		return []byte(t), err
 	}
 	return confine.ReadFile(w.root, rel, max)
-}
-
-func (w *work) hashFile(rel string, mode filemode.FileMode) (plumbing.Hash, error) {
-	b, err := w.readFile(rel, mode, maxBlob)
-	if err != nil {
-		return plumbing.ZeroHash, err
-	}
-	return plumbing.ComputeHash(plumbing.BlobObject, b), nil
 }
 
 // treeFiles returns the files of the tree of commit c, bounded by lim:
