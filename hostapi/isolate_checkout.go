@@ -57,7 +57,7 @@ func writeCheckout(ctx context.Context, open func() (*gitStorage, error), c *obj
 			st.Close()
 			return fmt.Errorf("tree of %s: %w", c.Hash, err)
 		}
-		if err := checkTreeName(e.Name); err != nil {
+		if err := checkTreeName(e.Name, e.Mode); err != nil {
 			walker.Close()
 			st.Close()
 			return fmt.Errorf("tree of %s: %s: %w", c.Hash, name, err)
@@ -141,7 +141,7 @@ func checkoutOne(st *gitStorage, root *os.Root, dir *os.File, f *checkoutFile) e
 	case filemode.Submodule:
 		return root.Mkdir(f.path, 0o755) // empty, as git leaves it
 	case filemode.Symlink:
-		b, err := readObject(st, plumbing.BlobObject, f.hash)
+		b, err := readObject(st, plumbing.BlobObject, f.hash, maxBlob)
 		if err != nil {
 			return err
 		}

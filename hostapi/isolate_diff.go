@@ -8,6 +8,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -43,7 +44,7 @@ func (w *work) changes(paths []string) ([]Change, map[string][2]entry, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("base %s: %w", w.iso.Base, err)
 	}
-	was, err := treeFiles(w.objects, base)
+	was, err := treeFiles(w.objects, base, w.lim)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -125,7 +126,7 @@ func (s *Sandbox) projectPaths(paths []string) ([]string, error) {
 // The checkout is read as openWork says: nothing the guest wrote runs.
 func (s *Sandbox) Changes(ctx context.Context, paths ...string) (_ []Change, err error) {
 	defer recoverParse(s.name, &err)
-	w, err := s.openWork()
+	w, err := s.openWork(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -141,9 +142,14 @@ func (s *Sandbox) Changes(ctx context.Context, paths ...string) (_ []Change, err
 // Diff writes the difference between the sandbox's base commit and its
 // isolated checkout now, as git diff does (a unified patch with a/ and b/
 // paths, or with opts.Stat a summary), for the files Changes lists.
+//
+// The files are read and diffed one at a time, and written (or counted,
+// for the summary) before the next is read: at most GitLimits.DiffBytes
+// in all, the sizes of every file's two sides checked before any is
+// read.
 func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (err error) {
 	defer recoverParse(s.name, &err)
-	w, err := s.openWork()
+	w, err := s.openWork(ctx)
 	if err != nil {
 		return err
 	}
@@ -156,46 +162,114 @@ func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (er
 	if err != nil {
 		return err
 	}
-	p := &patch{}
+	d, err := w.differ(changes, pairs)
+	if err != nil {
+		return err
+	}
+	var stats []fileStat
+	enc := fdiff.NewUnifiedEncoder(out, fdiff.DefaultContextLines)
 	for _, c := range changes {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		pr := pairs[c.Path]
-		fp := &filePatch{}
-		var from, to []byte
-		if !pr[0].Hash.IsZero() {
-			fp.from = &patchFile{c.Path, pr[0]}
-			if from, err = w.blob(c.Path, pr[0]); err != nil {
-				return err
-			}
+		fp, err := d.file(c.Path, pairs[c.Path])
+		if err != nil {
+			return err
 		}
-		if !pr[1].Hash.IsZero() {
-			fp.to = &patchFile{c.Path, pr[1]}
-			if to, err = w.blob(c.Path, pr[1]); err != nil {
-				return err
-			}
+		if opts.Stat {
+			stats = append(stats, fp.stat())
+			continue
 		}
-		if isBinary(from) || isBinary(to) {
-			fp.binary = true
-		} else {
-			for _, d := range diff.Do(string(from), string(to)) {
-				op := fdiff.Equal
-				switch d.Type {
-				case diffmatchpatch.DiffDelete:
-					op = fdiff.Delete
-				case diffmatchpatch.DiffInsert:
-					op = fdiff.Add
-				}
-				fp.chunks = append(fp.chunks, chunk{d.Text, op})
-			}
+		if err := enc.Encode(&patch{files: []*filePatch{fp}}); err != nil {
+			return err
 		}
-		p.files = append(p.files, fp)
 	}
 	if opts.Stat {
-		return writeStat(out, p)
+		return writeStat(out, stats)
 	}
-	return fdiff.NewUnifiedEncoder(out, fdiff.DefaultContextLines).Encode(p)
+	return nil
+}
+
+// differ reads and diffs the files of one Diff.
+type differ struct {
+	w *work
+	// left is what it may still read, in bytes (GitLimits.DiffBytes).
+	left int64
+	// deadline ends the search for the smallest patches (GitLimits.DiffTime).
+	deadline time.Time
+}
+
+// differ returns the differ of changes, having checked that the two
+// sides of every file hold at most lim.DiffBytes in all, as their sizes
+// say (an object's header, a file's size), before any is read.
+func (w *work) differ(changes []Change, pairs map[string][2]entry) (*differ, error) {
+	var sum int64
+	for _, c := range changes {
+		for _, e := range pairs[c.Path] {
+			n, err := w.blobSize(c.Path, e)
+			if err != nil {
+				return nil, err
+			}
+			if sum += n; sum > w.lim.DiffBytes {
+				return nil, &GitLimitError{What: fmt.Sprintf("the %d files changed hold %d bytes or more", len(changes), sum), Limit: "DiffBytes", Max: w.lim.DiffBytes}
+			}
+		}
+	}
+	return &differ{w: w, left: w.lim.DiffBytes, deadline: time.Now().Add(w.lim.DiffTime)}, nil
+}
+
+// file reads both sides of the file p and returns their patch.
+func (d *differ) file(p string, pr [2]entry) (*filePatch, error) {
+	fp := &filePatch{}
+	var from, to []byte
+	var err error
+	if !pr[0].Hash.IsZero() {
+		fp.from = &patchFile{p, pr[0]}
+		if from, err = d.read(p, pr[0]); err != nil {
+			return nil, err
+		}
+	}
+	if !pr[1].Hash.IsZero() {
+		fp.to = &patchFile{p, pr[1]}
+		if to, err = d.read(p, pr[1]); err != nil {
+			return nil, err
+		}
+	}
+	if isBinary(from) || isBinary(to) {
+		fp.binary = true
+		return fp, nil
+	}
+	fp.chunks = diffChunks(string(from), string(to), d.deadline)
+	return fp, nil
+}
+
+// read reads the file p in the state e, within what is left to read.
+func (d *differ) read(p string, e entry) ([]byte, error) {
+	b, err := d.w.blob(p, e, min(d.left, maxBlob))
+	if err != nil {
+		return nil, err
+	}
+	d.left -= int64(len(b))
+	return b, nil
+}
+
+// diffChunks returns the line diff of from and to, the smallest until
+// deadline; past it, what is not yet compared is one deletion and one
+// insertion.
+func diffChunks(from, to string, deadline time.Time) []chunk {
+	var out []chunk
+	// A timeout of 0 would mean none.
+	for _, d := range diff.DoWithTimeout(from, to, max(time.Until(deadline), time.Nanosecond)) {
+		op := fdiff.Equal
+		switch d.Type {
+		case diffmatchpatch.DiffDelete:
+			op = fdiff.Delete
+		case diffmatchpatch.DiffInsert:
+			op = fdiff.Add
+		}
+		out = append(out, chunk{d.Text, op})
+	}
+	return out
 }
 
 func isBinary(b []byte) bool {
@@ -205,37 +279,49 @@ func isBinary(b []byte) bool {
 	return bytes.IndexByte(b, 0) >= 0
 }
 
-// writeStat writes git's --stat of p.
-func writeStat(out io.Writer, p *patch) error {
+// fileStat is what git's --stat says of a file.
+type fileStat struct {
+	path       string
+	adds, dels int
+	binary     bool
+}
+
+// stat counts the lines f adds and deletes.
+func (f *filePatch) stat() fileStat {
+	st := fileStat{path: f.path(), binary: f.binary}
+	for _, c := range f.chunks {
+		n := strings.Count(c.text, "\n")
+		if !strings.HasSuffix(c.text, "\n") {
+			n++
+		}
+		switch c.op {
+		case fdiff.Add:
+			st.adds += n
+		case fdiff.Delete:
+			st.dels += n
+		}
+	}
+	return st
+}
+
+// writeStat writes git's --stat of files.
+func writeStat(out io.Writer, files []fileStat) error {
 	var b strings.Builder
 	adds, dels := 0, 0
 	width := 0
-	for _, f := range p.files {
-		width = max(width, len(f.path()))
+	for _, f := range files {
+		width = max(width, len(f.path))
 	}
-	for _, f := range p.files {
-		a, d := 0, 0
-		for _, c := range f.chunks {
-			n := strings.Count(c.text, "\n")
-			if !strings.HasSuffix(c.text, "\n") {
-				n++
-			}
-			switch c.op {
-			case fdiff.Add:
-				a += n
-			case fdiff.Delete:
-				d += n
-			}
-		}
-		adds, dels = adds+a, dels+d
+	for _, f := range files {
+		adds, dels = adds+f.adds, dels+f.dels
 		if f.binary {
-			fmt.Fprintf(&b, " %-*s | Bin\n", width, f.path())
+			fmt.Fprintf(&b, " %-*s | Bin\n", width, f.path)
 			continue
 		}
-		fmt.Fprintf(&b, " %-*s | %d %s%s\n", width, f.path(), a+d, strings.Repeat("+", min(a, 40)), strings.Repeat("-", min(d, 40)))
+		fmt.Fprintf(&b, " %-*s | %d %s%s\n", width, f.path, f.adds+f.dels, strings.Repeat("+", min(f.adds, 40)), strings.Repeat("-", min(f.dels, 40)))
 	}
-	if len(p.files) > 0 {
-		fmt.Fprintf(&b, " %d files changed, %d insertions(+), %d deletions(-)\n", len(p.files), adds, dels)
+	if len(files) > 0 {
+		fmt.Fprintf(&b, " %d files changed, %d insertions(+), %d deletions(-)\n", len(files), adds, dels)
 	}
 	_, err := io.WriteString(out, b.String())
 	return err

@@ -64,6 +64,7 @@ type copier struct {
 	from  storer.EncodedObjectStorer // the sandbox's
 	user  storer.EncodedObjectStorer // the user's, read to skip what it has
 	mem   *memory.Storage
+	lim   GitLimits
 	bytes int64
 }
 
@@ -76,7 +77,7 @@ func (c *copier) has(h plumbing.Hash) bool {
 
 // object copies the object h, expected of type t.
 func (c *copier) object(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	b, err := readObject(c.from, t, h)
+	b, err := readObject(c.from, t, h, maxBlob)
 	if err != nil {
 		return nil, err
 	}
@@ -103,10 +104,15 @@ func (c *copier) put(t plumbing.ObjectType, b []byte) (plumbing.EncodedObject, e
 	return o, nil
 }
 
-// tree copies the tree h and what it holds that the user lacks.
-func (c *copier) tree(h plumbing.Hash) error {
+// tree copies the tree h, depth directories down, and what it holds
+// that the user lacks, refusing a name git refuses (checkTreeName) or
+// longer than lim.PathBytes, and a tree deeper than lim.TreeDepth.
+func (c *copier) tree(h plumbing.Hash, depth int) error {
 	if c.has(h) {
 		return nil
+	}
+	if depth > c.lim.TreeDepth {
+		return &GitLimitError{What: fmt.Sprintf("tree %s: %d directories deep", h, depth), Limit: "TreeDepth", Max: int64(c.lim.TreeDepth)}
 	}
 	o, err := c.object(plumbing.TreeObject, h)
 	if err != nil {
@@ -117,12 +123,15 @@ func (c *copier) tree(h plumbing.Hash) error {
 		return fmt.Errorf("tree %s: %w", h, err)
 	}
 	for _, e := range t.Entries {
-		if err := checkTreeName(e.Name); err != nil {
+		if len(e.Name) > c.lim.PathBytes {
+			return &GitLimitError{What: fmt.Sprintf("tree %s: a name of %d bytes", h, len(e.Name)), Limit: "PathBytes", Max: int64(c.lim.PathBytes)}
+		}
+		if err := checkTreeName(e.Name, e.Mode); err != nil {
 			return fmt.Errorf("tree %s: %w", h, err)
 		}
 		switch e.Mode {
 		case filemode.Dir:
-			err = c.tree(e.Hash)
+			err = c.tree(e.Hash, depth+1)
 		case filemode.Submodule:
 		default:
 			if !c.has(e.Hash) {
@@ -136,17 +145,9 @@ func (c *copier) tree(h plumbing.Hash) error {
 	return nil
 }
 
-// checkTreeName refuses a tree entry name git refuses to check out.
-func checkTreeName(n string) error {
-	trimmed := strings.TrimRight(n, ". ")
-	if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\x00") || strings.EqualFold(trimmed, ".git") || strings.EqualFold(trimmed, "git~1") {
-		return fmt.Errorf("entry %q is a name git refuses", n)
-	}
-	return nil
-}
-
 // buildTree stores the trees of files (and the blobs of those hashed
-// from the checkout) and returns the root tree's hash.
+// from the checkout) and returns the root tree's hash. A path with a
+// name git refuses (checkTreeName) is refused.
 func (c *copier) buildTree(w *work, files map[string]entry) (plumbing.Hash, error) {
 	type dir struct{ entries []object.TreeEntry }
 	dirs := map[string]*dir{".": {}}
@@ -162,9 +163,12 @@ func (c *copier) buildTree(w *work, files map[string]entry) (plumbing.Hash, erro
 		return d
 	}
 	for p, e := range files {
+		if err := checkPath(p, e.Mode); err != nil {
+			return plumbing.ZeroHash, err
+		}
 		switch {
 		case e.file:
-			b, err := w.blob(p, e)
+			b, err := w.blob(p, e, maxBlob)
 			if err != nil {
 				return plumbing.ZeroHash, err
 			}
@@ -213,6 +217,20 @@ func (c *copier) buildTree(w *work, files map[string]entry) (plumbing.Hash, erro
 		hashes[p] = o.Hash()
 	}
 	return hashes["."], nil
+}
+
+// checkPath refuses the path p of a file of mode m when one of its names
+// is one git refuses (checkTreeName).
+func checkPath(p string, m filemode.FileMode) error {
+	for dir, name := path.Split(p); ; dir, name = path.Split(strings.TrimSuffix(dir, "/")) {
+		if err := checkTreeName(name, m); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		if dir == "" {
+			return nil
+		}
+		m = filemode.Dir
+	}
 }
 
 func treeSortName(e object.TreeEntry) string {
@@ -267,7 +285,7 @@ func (c *copier) branchCommits(head plumbing.Hash) (int, error) {
 		if err := cm.Decode(o); err != nil {
 			return 0, fmt.Errorf("commit %s: %w", h, err)
 		}
-		if err := c.tree(cm.TreeHash); err != nil {
+		if err := c.tree(cm.TreeHash, 0); err != nil {
 			return 0, err
 		}
 		queue = append(queue, cm.ParentHashes...)
@@ -278,7 +296,7 @@ func (c *copier) branchCommits(head plumbing.Hash) (int, error) {
 // final returns the tree of the checkout now (built in c when it is not
 // HEAD's) and whether it differs from HEAD's.
 func (c *copier) final(w *work) (plumbing.Hash, bool, error) {
-	head, err := treeFiles(w.objects, w.head)
+	head, err := treeFiles(w.objects, w.head, w.lim)
 	if err != nil {
 		return plumbing.ZeroHash, false, err
 	}
@@ -315,7 +333,7 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 		return nil, err
 	}
 	defer unlock()
-	w, err := s.openWork()
+	w, err := s.openWork(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +359,7 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 	case !errors.Is(err, plumbing.ErrReferenceNotFound):
 		return nil, fmt.Errorf("land %s: %w", s.name, err)
 	}
-	c := &copier{from: w.objects, user: user, mem: memory.NewStorage()}
+	c := &copier{from: w.objects, user: user, mem: memory.NewStorage(), lim: w.lim}
 	base := plumbing.NewHash(iso.Base)
 	tip, commits := w.head.Hash, 0
 	if !opts.Squash {
@@ -355,7 +373,7 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 	}
 	switch {
 	case opts.Squash:
-		if err := c.tree(tree); err != nil {
+		if err := c.tree(tree, 0); err != nil {
 			return nil, fmt.Errorf("land %s: %w", s.name, err)
 		}
 		baseCommit, err := object.GetCommit(w.objects, base)
@@ -439,12 +457,12 @@ func (s *Sandbox) Unlanded(ctx context.Context) (_ bool, err error) {
 	if s.rec.Isolate == nil {
 		return false, nil
 	}
-	w, err := s.openWork()
+	w, err := s.openWork(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer w.close()
-	c := &copier{from: w.objects, user: w.objects, mem: memory.NewStorage()}
+	c := &copier{from: w.objects, user: w.objects, mem: memory.NewStorage(), lim: w.lim}
 	tree, _, err := c.final(w)
 	if err != nil {
 		return false, err
