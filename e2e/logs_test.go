@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/logfile"
 	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
 // floodBytes is what the guest writes to its console: six times what the
 // console log keeps.
-const floodBytes = 6 * 2 * vmm.DefaultLogMax
+const floodBytes = 6 * 2 * logfile.DefaultMax
 
 // testLogsBounded has a guest command write far more than the console
 // log keeps to the console (/proc/1/fd/1, init's stdout, appended to: a
@@ -36,16 +36,16 @@ func testLogsBounded(t *testing.T, e *env) {
 	poll.Until(t, "the last line in the console log", time.Minute, func() bool {
 		return strings.Contains(e.krunbox("logs", "flooded").stdout, "the-last-line")
 	})
-	if size := dirFilesSize(t, dir); size > 2*vmm.DefaultLogMax+1<<20 {
+	if size := dirFilesSize(t, dir); size > 2*logfile.DefaultMax+1<<20 {
 		t.Errorf("the sandbox's directory holds %d MiB of files after the guest wrote %d MiB to its console, want at most %d MiB",
-			size>>20, floodBytes>>20, (2*vmm.DefaultLogMax+1<<20)>>20)
+			size>>20, floodBytes>>20, (2*logfile.DefaultMax+1<<20)>>20)
 	}
 	out := e.ok("logs", "flooded")
 	if !strings.HasSuffix(strings.ReplaceAll(out, "\r\n", "\n"), "the-last-line\n") {
 		t.Errorf("logs does not end with the guest's last line: ...%q", out[max(0, len(out)-200):])
 	}
-	if len(out) > 2*vmm.DefaultLogMax {
-		t.Errorf("logs printed %d bytes, over the %d the console log keeps", len(out), 2*vmm.DefaultLogMax)
+	if len(out) > 2*logfile.DefaultMax {
+		t.Errorf("logs printed %d bytes, over the %d the console log keeps", len(out), 2*logfile.DefaultMax)
 	}
 	poll.Until(t, "logs -f to print the last line", time.Minute, func() bool { return strings.Contains(followed.String(), "the-last-line") })
 	e.ok("stop", "flooded")

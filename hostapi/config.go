@@ -123,6 +123,10 @@ type Config struct {
 	// By default they reach the guest read-only, and the git directories
 	// cannot be renamed or removed (see Sandbox.GitProtection).
 	GitWritable bool `json:"git_writable,omitempty"`
+	// Limits bound what the host spends on the sandbox's behalf (its
+	// network stack's connections, flows and buffers, its logs); zero
+	// fields mean their defaults (see DefaultLimits).
+	Limits Limits `json:"limits,omitzero"`
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -177,6 +181,9 @@ func (c *Config) validate() error {
 	}
 	if _, err := oci.ParsePullPolicy(string(c.PullPolicy)); err != nil {
 		errs = append(errs, err)
+	}
+	if err := c.Limits.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("limits: %w", err))
 	}
 	if c.CPUs < 1 || c.CPUs > 255 {
 		errs = append(errs, fmt.Errorf("cpus %d: want 1 to 255", c.CPUs))

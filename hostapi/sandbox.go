@@ -558,6 +558,8 @@ func (s *Sandbox) vmSpec(ctx context.Context, o startOptions) (*vmm.Spec, error)
 		Rlimits:    []vmm.Rlimit{{Resource: "nofile", Cur: 65536, Max: 1 << 20}},
 		Vsock:      []vmm.VsockPort{{Port: protocol.DefaultPort, HostPath: s.SocketPath(), Listen: true}},
 		Network:    vmm.Network(cfg.Network),
+		NetLimits:  cfg.Limits.netstack(),
+		LogMax:     cfg.Limits.LogSize,
 		ConsoleLog: s.ConsolePath(),
 		LogLevel:   krun.LogWarn,
 		Library:    s.host.libkrun,

@@ -145,6 +145,7 @@ func (f *sandboxFlags) config(cmd *cobra.Command, uc *userconfig.Config, image s
 		Env:         append([]string(nil), uc.Env...),
 		Root:        hostapi.RootKind(uc.Root),
 		GitWritable: uc.GitWritable,
+		Limits:      hostapi.Limits(uc.Limits),
 	}
 	env, err := parseEnv(f.env)
 	if err != nil {

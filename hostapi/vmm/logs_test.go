@@ -38,7 +38,7 @@ func TestLogsBounded(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec, dir := shellSpec(t, floodScript)
-			spec.LogMax = MinLogMax
+			spec.LogMax = logfile.MinMax
 			log := tt.log(spec, dir)
 			if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
 				t.Fatalf("exit status %v", es)
@@ -48,13 +48,13 @@ func TestLogsBounded(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v (the log was not rotated)", f, err)
 				}
-				if fi.Size() > MinLogMax {
-					t.Errorf("%s holds %d bytes, over the bound of %d", f, fi.Size(), MinLogMax)
+				if fi.Size() > logfile.MinMax {
+					t.Errorf("%s holds %d bytes, over the bound of %d", f, fi.Size(), logfile.MinMax)
 				}
 			}
 			// The whole log: on libkrun, the console and the program's
 			// stdout reach the runner's log by two ports, out of order.
-			tail, err := logfile.TailLines(log, 2*MinLogMax)
+			tail, err := logfile.TailLines(log, 2*logfile.MinMax)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +70,7 @@ func TestLogsBounded(t *testing.T) {
 // no previous file of the boot before.
 func TestLogsOfTheLastBoot(t *testing.T) {
 	spec, dir := shellSpec(t, floodScript)
-	spec.LogMax = MinLogMax
+	spec.LogMax = logfile.MinMax
 	wait(t, startVM(t, dir, spec))
 	// Held open, as a follower holds it: its inode cannot be reused.
 	f, err := os.Open(spec.ConsoleLog)

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/krunbox/krunbox/internal/atomicfile"
+	"github.com/krunbox/krunbox/internal/logfile"
 	"github.com/krunbox/krunbox/internal/netpolicy"
 	"github.com/krunbox/krunbox/internal/netstack"
 	"github.com/krunbox/krunbox/internal/secrets"
@@ -69,7 +70,7 @@ type Spec struct {
 	// refusals ([NetLogFile]). A log whose file would pass it is rotated
 	// into one previous file (package logfile: NAME.1), so a log takes at
 	// most twice LogMax and always ends with the latest output. 0 means
-	// [DefaultLogMax]; at least [MinLogMax].
+	// [logfile.DefaultMax]; at least [logfile.MinMax].
 	LogMax int64 `json:"log_max,omitempty"`
 	// Files are placed into the guest without modifying the image: as
 	// libkrun overlay files where the library has them (libkrun 1.19),
@@ -87,19 +88,10 @@ type Spec struct {
 	Library string `json:"library,omitempty"`
 }
 
-// Bounds of Spec.LogMax.
-const (
-	// DefaultLogMax is 4 MiB: hours of a chatty guest's console, and a
-	// log costs the host at most 8 MiB of disk.
-	DefaultLogMax = 4 << 20
-	// MinLogMax is 64 KiB, above a boot's console.
-	MinLogMax = 64 << 10
-)
-
 // logMax is the bound of each log file.
 func (s *Spec) logMax() int64 {
 	if s.LogMax == 0 {
-		return DefaultLogMax
+		return logfile.DefaultMax
 	}
 	return s.LogMax
 }
@@ -343,8 +335,8 @@ func (s *Spec) Validate() error {
 		bad("workdir %q: want an absolute guest path without spaces", s.Workdir)
 	}
 
-	if s.LogMax != 0 && s.LogMax < MinLogMax {
-		bad("log max %d: want 0 (the default, %d) or at least %d bytes", s.LogMax, DefaultLogMax, MinLogMax)
+	if s.LogMax != 0 && s.LogMax < logfile.MinMax {
+		bad("log max %d: want 0 (the default, %d) or at least %d bytes", s.LogMax, logfile.DefaultMax, logfile.MinMax)
 	}
 
 	for _, rl := range s.Rlimits {

@@ -22,6 +22,15 @@ import (
 	"syscall"
 )
 
+// Bounds of a log's files, for the logs a guest can make grow.
+const (
+	// DefaultMax is 4 MiB: hours of a chatty guest's console, and a log
+	// costs the host at most 8 MiB of disk.
+	DefaultMax = 4 << 20
+	// MinMax is 64 KiB, above a boot's console.
+	MinMax = 64 << 10
+)
+
 // PrevSuffix makes the name of a log's previous file.
 const PrevSuffix = ".1"
 

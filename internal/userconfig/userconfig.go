@@ -18,7 +18,9 @@ import (
 	"github.com/docker/go-units"
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/krunbox/krunbox/internal/logfile"
 	"github.com/krunbox/krunbox/internal/netpolicy"
+	"github.com/krunbox/krunbox/internal/netstack"
 )
 
 // FileName is the name of the configuration file in the config directory.
@@ -58,9 +60,28 @@ type Config struct {
 	// GitWritable lets the guest of a new sandbox change the hooks and
 	// config that the host's git runs or obeys (hostapi.Config.GitWritable).
 	GitWritable bool
+	// Limits bound what the host spends on a sandbox's behalf
+	// (hostapi.Limits): the [limits] table of the file.
+	Limits Limits
 
 	sources map[string]string
 }
+
+// Limits are the [limits] table: hostapi.Limits, each field at its
+// effective value.
+type Limits struct {
+	TCPConnections   int
+	UDPFlows         int
+	DNSConnections   int
+	DNSQueries       int
+	ConnectionBuffer int
+	NetworkBuffer    int64
+	LogSize          int64
+}
+
+// limitsTable is the name of the file's table of limits; its keys are
+// settings named limitsTable + "." + key.
+const limitsTable = "limits"
 
 // A setting is one key of the configuration: how to read it from a string
 // (file values are read the same way) and how to show it.
@@ -164,6 +185,47 @@ var settings = []setting{
 			return nil
 		},
 		func(c *Config) string { return strconv.FormatBool(c.GitWritable) }},
+	{"limits.tcp_connections", "KRUNBOX_LIMIT_TCP_CONNECTIONS", "TCP connections a sandbox's guest may hold at once through krunbox's network stack",
+		func(c *Config, v string) error { return count(&c.Limits.TCPConnections, v) },
+		func(c *Config) string { return strconv.Itoa(c.Limits.TCPConnections) }},
+	{"limits.udp_flows", "KRUNBOX_LIMIT_UDP_FLOWS", "UDP flows a sandbox's guest may hold at once",
+		func(c *Config, v string) error { return count(&c.Limits.UDPFlows, v) },
+		func(c *Config) string { return strconv.Itoa(c.Limits.UDPFlows) }},
+	{"limits.dns_connections", "KRUNBOX_LIMIT_DNS_CONNECTIONS", "DNS-over-TCP connections to a sandbox's DNS server at once",
+		func(c *Config, v string) error { return count(&c.Limits.DNSConnections, v) },
+		func(c *Config) string { return strconv.Itoa(c.Limits.DNSConnections) }},
+	{"limits.dns_queries", "KRUNBOX_LIMIT_DNS_QUERIES", "DNS questions a sandbox's DNS server answers at once",
+		func(c *Config, v string) error { return count(&c.Limits.DNSQueries, v) },
+		func(c *Config) string { return strconv.Itoa(c.Limits.DNSQueries) }},
+	{"limits.connection_buffer", "KRUNBOX_LIMIT_CONNECTION_BUFFER", "bytes one TCP connection buffers each way on the host (e.g. 4MiB)",
+		func(c *Config, v string) error {
+			var n int64
+			if err := size(&n, v); err != nil {
+				return err
+			}
+			if n > 1<<30 {
+				return fmt.Errorf("want at most 1GiB, got %q", v)
+			}
+			c.Limits.ConnectionBuffer = int(n)
+			return nil
+		},
+		func(c *Config) string { return units.BytesSize(float64(c.Limits.ConnectionBuffer)) }},
+	{"limits.network_buffer", "KRUNBOX_LIMIT_NETWORK_BUFFER", "bytes all of a sandbox's bulk connections buffer at once (e.g. 64MiB)",
+		func(c *Config, v string) error { return size(&c.Limits.NetworkBuffer, v) },
+		func(c *Config) string { return units.BytesSize(float64(c.Limits.NetworkBuffer)) }},
+	{"limits.log_size", "KRUNBOX_LIMIT_LOG_SIZE", "bytes of each file of a sandbox's console, runner and network logs (one previous file is kept)",
+		func(c *Config, v string) error {
+			var n int64
+			if err := size(&n, v); err != nil {
+				return err
+			}
+			if n < logfile.MinMax {
+				return fmt.Errorf("want at least %s, got %q", units.BytesSize(logfile.MinMax), v)
+			}
+			c.Limits.LogSize = n
+			return nil
+		},
+		func(c *Config) string { return units.BytesSize(float64(c.Limits.LogSize)) }},
 }
 
 // Defaults returns the built-in configuration.
@@ -177,12 +239,26 @@ func Defaults() *Config {
 		StopTimeout:  10 * time.Second,
 		StartTimeout: 60 * time.Second,
 		Root:         "auto",
+		Limits:       defaultLimits(),
 		sources:      map[string]string{},
 	}
 	for _, s := range settings {
 		c.sources[s.key] = "default"
 	}
 	return c
+}
+
+func defaultLimits() Limits {
+	n := netstack.DefaultLimits()
+	return Limits{
+		TCPConnections:   n.TCPConns,
+		UDPFlows:         n.UDPFlows,
+		DNSConnections:   n.DNSConns,
+		DNSQueries:       n.DNSQueries,
+		ConnectionBuffer: n.ConnBuffer,
+		NetworkBuffer:    n.Buffer,
+		LogSize:          logfile.DefaultMax,
+	}
 }
 
 // Load returns the effective configuration: the defaults, overridden by
@@ -224,6 +300,16 @@ func (c *Config) loadFile(path string) error {
 			return fmt.Errorf("configuration %s:%d:%d: %s", path, row, col, de.Error())
 		}
 		return fmt.Errorf("configuration %s: %w", path, err)
+	}
+	if t, ok := raw[limitsTable]; ok {
+		table, ok := t.(map[string]any)
+		if !ok {
+			return fmt.Errorf("configuration %s: %s: want a table ([%s])", path, limitsTable, limitsTable)
+		}
+		delete(raw, limitsTable)
+		for k, v := range table {
+			raw[limitsTable+"."+k] = v
+		}
 	}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
@@ -346,6 +432,26 @@ func oneOf(dst *string, v string, allowed ...string) error {
 		return fmt.Errorf("want one of %s, got %q", strings.Join(allowed, ", "), v)
 	}
 	*dst = v
+	return nil
+}
+
+// count reads a whole number above 0.
+func count(dst *int, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return fmt.Errorf("want a whole number above 0, got %q", v)
+	}
+	*dst = n
+	return nil
+}
+
+// size reads a size in bytes above 0, such as 4MiB or 65536 (binary units).
+func size(dst *int64, v string) error {
+	n, err := units.RAMInBytes(v)
+	if err != nil || n < 1 {
+		return fmt.Errorf("want a size such as 4MiB or 65536, got %q", v)
+	}
+	*dst = n
 	return nil
 }
 

@@ -159,3 +159,56 @@ func TestSetOverridesEveryLayer(t *testing.T) {
 		t.Errorf("unknown key: %v", err)
 	}
 }
+
+// The [limits] table sets hostapi.Limits; the environment overrides it;
+// what is not set keeps the built-in default.
+func TestLimitsTable(t *testing.T) {
+	dir := writeConfig(t, `
+cpus = 3
+[limits]
+tcp_connections = 100
+network_buffer = "16MiB"
+log_size = "1MiB"
+`)
+	c, err := Load(dir, env(map[string]string{"KRUNBOX_LIMIT_UDP_FLOWS": "7", "KRUNBOX_LIMIT_LOG_SIZE": "2MiB"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, FileName)
+	d := Defaults().Limits
+	want := Limits{TCPConnections: 100, UDPFlows: 7, DNSConnections: d.DNSConnections, DNSQueries: d.DNSQueries,
+		ConnectionBuffer: d.ConnectionBuffer, NetworkBuffer: 16 << 20, LogSize: 2 << 20}
+	if c.Limits != want || c.CPUs != 3 {
+		t.Errorf("limits = %+v (cpus %d), want %+v (cpus 3)", c.Limits, c.CPUs, want)
+	}
+	for key, src := range map[string]string{
+		"limits.tcp_connections": path, "limits.network_buffer": path,
+		"limits.udp_flows": "env KRUNBOX_LIMIT_UDP_FLOWS", "limits.log_size": "env KRUNBOX_LIMIT_LOG_SIZE",
+		"limits.dns_queries": "default",
+	} {
+		if got := source(c, key); got != src {
+			t.Errorf("source of %s = %q, want %q", key, got, src)
+		}
+	}
+	if d.TCPConnections <= 0 || d.LogSize <= 0 || d.NetworkBuffer <= 0 {
+		t.Errorf("default limits %+v: every one must be set", d)
+	}
+}
+
+func TestLimitsRejected(t *testing.T) {
+	for _, tc := range []struct{ name, file, want string }{
+		{"zero", "[limits]\ntcp_connections = 0\n", "limits.tcp_connections: want a whole number above 0"},
+		{"negative", "[limits]\nudp_flows = -1\n", "limits.udp_flows"},
+		{"unknown", "[limits]\nthreads = 4\n", `unknown key "limits.threads"`},
+		{"not a table", "limits = 4\n", "limits: want a table"},
+		{"log too small", "[limits]\nlog_size = \"1KiB\"\n", "limits.log_size: want at least 64KiB"},
+		{"bad size", "[limits]\nnetwork_buffer = \"lots\"\n", "want a size such as 4MiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(writeConfig(t, tc.file), env(nil))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Load = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
