@@ -82,7 +82,7 @@ func (st *Stack) serveDNSUDP(c *gonet.UDPConn, at netip.AddrPort) {
 		case st.dnsSlots <- struct{}{}:
 		default:
 			// Too many questions at once: dropped, as a loaded server would.
-			st.refuseAtLimit("dns", at, fmt.Sprintf("%d DNS questions at once (Limits.DNSQueries)", st.limits.DNSQueries))
+			st.refuseAtLimit("dns", at, fmt.Sprintf("%d DNS questions at once (limits.dns_queries)", st.limits.DNSQueries))
 			continue
 		}
 		q := append([]byte(nil), buf[:n]...)
@@ -99,7 +99,7 @@ func (st *Stack) serveDNSUDP(c *gonet.UDPConn, at netip.AddrPort) {
 // it is within Limits.DNSConns.
 func (st *Stack) forwardDNS(r *tcp.ForwarderRequest, dst netip.AddrPort) {
 	if !st.dnsConns.take(1) {
-		st.refuseAtLimit("dns", dst, fmt.Sprintf("%d DNS-over-TCP connections at once (Limits.DNSConns)", st.limits.DNSConns))
+		st.refuseAtLimit("dns", dst, fmt.Sprintf("%d DNS-over-TCP connections at once (limits.dns_connections)", st.limits.DNSConns))
 		r.Complete(true)
 		return
 	}

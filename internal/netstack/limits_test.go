@@ -37,12 +37,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// limitRefusals returns the refusals logged for the limit named by the
-// Limits field.
-func (tn *testNet) limitRefusals(field string) []Refusal {
+// limitRefusals returns the refusals logged for the limit of the
+// configuration key (limits.KEY) they name.
+func (tn *testNet) limitRefusals(key string) []Refusal {
 	var out []Refusal
 	for _, r := range tn.refusals() {
-		if strings.HasPrefix(r.Reason, "limit: ") && strings.Contains(r.Reason, "Limits."+field) {
+		if strings.HasPrefix(r.Reason, "limit: ") && strings.Contains(r.Reason, "(limits."+key+")") {
 			out = append(out, r)
 		}
 	}
@@ -152,7 +152,7 @@ func TestTCPConnLimit(t *testing.T) {
 	if _, err := io.ReadFull(conns[1], buf); err != nil || string(buf) != "ping" {
 		t.Fatalf("an open connection past the limit: got %q, %v", buf, err)
 	}
-	if refs := tn.limitRefusals("TCPConns"); len(refs) != 1 || refs[0].Proto != "tcp" || refs[0].Addr != dst {
+	if refs := tn.limitRefusals("tcp_connections"); len(refs) != 1 || refs[0].Proto != "tcp" || refs[0].Addr != dst {
 		t.Errorf("want the burst's refusals logged once, naming the limit: %+v", tn.refusals())
 	}
 	conns[0].Close()
@@ -323,8 +323,8 @@ func TestUDPFlowLimit(t *testing.T) {
 	if grown := openFDs(t) - fds; grown > limit {
 		t.Errorf("%d datagrams to new ports opened %d descriptors, want at most %d", flood, grown, limit)
 	}
-	if refs := tn.limitRefusals("UDPFlows"); len(refs) != 1 || refs[0].Proto != "udp" {
-		t.Errorf("want the burst's refusals logged once, naming the limit: %d refusals, %+v", len(tn.refusals()), tn.limitRefusals("UDPFlows"))
+	if refs := tn.limitRefusals("udp_flows"); len(refs) != 1 || refs[0].Proto != "udp" {
+		t.Errorf("want the burst's refusals logged once, naming the limit: %d refusals, %+v", len(tn.refusals()), tn.limitRefusals("udp_flows"))
 	}
 	// Past the limit, the port is unreachable: no wait for a reply (sent
 	// again while the stack's ICMP rate limit, which the flood used up,
@@ -388,7 +388,7 @@ func TestDNSConnLimit(t *testing.T) {
 	if m, err := tcpQuery(conns[0], "ok.test"); err != nil || len(m.Answers) != 1 {
 		t.Fatalf("an open DNS connection past the limit: %v %v", m, err)
 	}
-	if refs := tn.limitRefusals("DNSConns"); len(refs) != 1 || refs[0].Proto != "dns" {
+	if refs := tn.limitRefusals("dns_connections"); len(refs) != 1 || refs[0].Proto != "dns" {
 		t.Errorf("want the burst's refusals logged once, naming the limit: %+v", tn.refusals())
 	}
 }

@@ -287,7 +287,7 @@ func (st *Stack) forwardTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	if !st.tcpConns.take(1) {
-		st.refuseAtLimit("tcp", dst, fmt.Sprintf("%d TCP connections at once (Limits.TCPConns)", st.limits.TCPConns))
+		st.refuseAtLimit("tcp", dst, fmt.Sprintf("%d TCP connections at once (limits.tcp_connections)", st.limits.TCPConns))
 		r.Complete(true)
 		return
 	}
@@ -401,7 +401,7 @@ func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 		st.refuse(Refusal{Proto: "udp", Name: d.Name, Addr: dst.String(), Reason: "QUIC to a name rule's address: only TCP has its server name checked"})
 		return false
 	case !st.udpFlows.take(1):
-		st.refuseAtLimit("udp", dst, fmt.Sprintf("%d UDP flows at once (Limits.UDPFlows)", st.limits.UDPFlows))
+		st.refuseAtLimit("udp", dst, fmt.Sprintf("%d UDP flows at once (limits.udp_flows)", st.limits.UDPFlows))
 		return false
 	}
 	return st.udpFwd.HandlePacket(id, pkt)
