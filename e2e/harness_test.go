@@ -84,6 +84,7 @@ var scenarios = []scenario{
 	{"ExecSandboxRemoved", testExecSandboxRemoved},
 	{"CopyStopped", testCopyStopped},
 	{"CopyTar", testCopyTar},
+	{"LimitsSoak", testLimitsSoak},
 }
 
 // TestDouble runs every scenario with VMs on the libkrun test double.

@@ -13,12 +13,20 @@
 //	                          first name server of /etc/resolv.conf, as musl
 //	                          asks it; prints the rcode and the number of
 //	                          answers (the NODATA scenario)
+//	netprobe flood-tcp ADDR N BYTES  opens N TCP connections to ADDR at
+//	                          once, writes up to BYTES on each (for at most
+//	                          5 s) and holds them all open until every one
+//	                          is tried; prints the number opened and the
+//	                          number refused (the limits' soak)
+//	netprobe flood-udp ADDR N  one datagram to ADDR from each of N source
+//	                          ports (N flows); prints the number sent
 //
 // It is built static and copied into the guest by the benchmark.
 package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -107,8 +115,35 @@ func run(args []string) error {
 		}
 		fmt.Println(rcode, n)
 		return nil
+	case len(args) == 4 && args[0] == "flood-tcp":
+		n, err1 := strconv.Atoi(args[2])
+		size, err2 := strconv.Atoi(args[3])
+		if err1 != nil || err2 != nil || n < 1 || size < 0 {
+			return fmt.Errorf("flood-tcp: bad count %q or size %q", args[2], args[3])
+		}
+		opened, refused := floodTCP(args[1], n, size)
+		fmt.Println(opened, refused)
+		return nil
+	case len(args) == 3 && args[0] == "flood-udp":
+		n, err := strconv.Atoi(args[2])
+		if err != nil || n < 1 || n > 60000 {
+			return fmt.Errorf("flood-udp: bad count %q", args[2])
+		}
+		sent := 0
+		for range n {
+			c, err := net.Dial("udp", args[1]) // a new source port: a new flow
+			if err != nil {
+				continue
+			}
+			if _, err := c.Write([]byte("flood")); err == nil {
+				sent++
+			}
+			c.Close()
+		}
+		fmt.Println(sent)
+		return nil
 	}
-	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe get URL [NAME:VALUE...] | netprobe fetch URL [NAME:VALUE...] | netprobe hello ADDR NAME | netprobe dns NAME TYPE")
+	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe flood-tcp ADDR N BYTES | netprobe flood-udp ADDR N | netprobe get URL [NAME:VALUE...] | netprobe fetch URL [NAME:VALUE...] | netprobe hello ADDR NAME | netprobe dns NAME TYPE")
 }
 
 // ask sends one question of type typ (its name: A, AAAA, TXT, ...) about
@@ -177,4 +212,55 @@ func request(url string, headers []string) (*http.Request, error) {
 		req.Header.Set(name, strings.TrimSpace(value))
 	}
 	return req, nil
+}
+
+// floodTCP opens n connections to addr at once and writes up to size bytes
+// on each, for at most 5 s a connection, holding them all open until
+// every one has been tried: how many opened, how many were refused or
+// reset while writing.
+func floodTCP(addr string, n, size int) (opened, refused int) {
+	type result struct {
+		c  net.Conn
+		ok bool
+	}
+	results := make(chan result, n)
+	buf := make([]byte, 64<<10)
+	for range n {
+		go func() {
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				results <- result{}
+				return
+			}
+			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			for left := size; left > 0; left -= len(buf) {
+				if _, err := c.Write(buf[:min(left, len(buf))]); err != nil {
+					// A peer that stops reading is a deadline; a reset
+					// is a refusal.
+					var ne net.Error
+					if !errors.As(err, &ne) || !ne.Timeout() {
+						c.Close()
+						results <- result{}
+						return
+					}
+					break
+				}
+			}
+			results <- result{c: c, ok: true}
+		}()
+	}
+	var conns []net.Conn
+	for range n {
+		r := <-results
+		if r.ok {
+			opened++
+			conns = append(conns, r.c)
+		} else {
+			refused++
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	return opened, refused
 }
