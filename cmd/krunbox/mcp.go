@@ -68,7 +68,7 @@ confirms.`,
 				if err != nil {
 					return err
 				}
-				slog.Info("serving MCP over HTTP", "url", "http://"+ln.Addr().String()+"/", "sandbox", p.Request.Config.Name)
+				fmt.Fprintf(s.errOut, "krunbox mcp: serving %s on http://%s/\n", p.Request.Config.Name, ln.Addr())
 				return srv.ServeHTTP(ctx, ln)
 			case socket != "":
 				ln, err := net.Listen("unix", socket)
@@ -76,7 +76,7 @@ confirms.`,
 					return withHint(err, "remove a stale socket, or give another path")
 				}
 				defer os.Remove(socket)
-				slog.Info("serving MCP over HTTP", "socket", socket, "sandbox", p.Request.Config.Name)
+				fmt.Fprintf(s.errOut, "krunbox mcp: serving %s on unix socket %s\n", p.Request.Config.Name, socket)
 				return srv.ServeHTTP(ctx, ln)
 			}
 			slog.Info("serving MCP on stdio", "sandbox", p.Request.Config.Name, "workspace", ws)
