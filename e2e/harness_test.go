@@ -83,6 +83,7 @@ var scenarios = []scenario{
 	{"ExecSandboxRemoved", testExecSandboxRemoved},
 	{"CopyStopped", testCopyStopped},
 	{"CopyTar", testCopyTar},
+	{"MCPSession", testMCPSession},
 }
 
 // TestDouble runs every scenario with VMs on the libkrun test double.
