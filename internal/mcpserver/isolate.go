@@ -79,6 +79,9 @@ type LandInput struct {
 	Squash bool `json:"squash,omitempty" jsonschema:"make one commit of all the work"`
 }
 
+// confirmID names the land tool's request for the user's confirmation.
+const confirmID = "confirm-land"
+
 // errNoConfirm refuses a land the user could not confirm.
 var errNoConfirm = errors.New("landing changes the user's project, so the user must confirm it, and this client cannot ask them")
 
@@ -91,15 +94,24 @@ func (s *Server) land(ctx context.Context, req *mcp.CallToolRequest, in LandInpu
 	if p == nil || p.Capabilities == nil || p.Capabilities.Elicitation == nil {
 		return nil, nil, fmt.Errorf("%v: ask the user to run %q in a terminal (krunbox diff %s shows the work first)", errNoConfirm, cli, s.name)
 	}
-	answer, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
-		Message:         fmt.Sprintf("Land the work of sandbox %s in %s (as with %q)?", s.name, s.ws, cli),
-		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("%v (%v): ask the user to run %q in a terminal", errNoConfirm, err, cli)
+	// Asked as an input request: the SDK sends it as elicitation/create
+	// to a client of an older protocol, and as a multi round-trip input
+	// request to one of 2026-07-28 or later, then calls land again with
+	// the answer.
+	resp, asked := req.Params.InputResponses[confirmID]
+	if !asked {
+		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{confirmID: &mcp.ElicitParams{
+			Message:         fmt.Sprintf("Land the work of sandbox %s in %s (as %q would)?", s.name, s.ws, cli),
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
+		}}}, nil, nil
 	}
-	if answer.Action != "accept" {
-		return nil, nil, fmt.Errorf("the user did not confirm (%s): nothing landed", answer.Action)
+	answer, _ := resp.(*mcp.ElicitResult)
+	if answer == nil || answer.Action != "accept" {
+		action := "no answer"
+		if answer != nil {
+			action = answer.Action
+		}
+		return nil, nil, fmt.Errorf("the user did not confirm (%s): nothing landed", action)
 	}
 	sb, err := s.core.Host().Get(s.name)
 	if err != nil {

@@ -372,3 +372,5 @@ func TestRunCancelAndProgress(t *testing.T) {
 		t.Errorf("progress %q", progress)
 	}
 }
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
