@@ -207,7 +207,7 @@ bench-realvm: realvm-payload
 	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench
 
 ## bench: every benchmark; figures go to BENCHMARKS.md
-bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-net bench-secrets bench-isolate
+bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-mcp bench-net bench-secrets bench-isolate
 
 ## bench-oci: cold pull + flatten (the CLI, two images) against crane export | tar -x and the tar -x floor
 bench-oci: krunbox
@@ -233,6 +233,10 @@ bench-isolate:
 bench-agent:
 	$(GO) test -run '^$$' -bench 'ExecTrue|Ping|SmallFileRead' -benchtime 2000x ./hostapi/
 	$(GO) test -run '^$$' -bench 'FileTransfer' -benchtime 10x ./hostapi/
+
+## bench-mcp: tool-call overhead krunbox mcp adds on a ready sandbox, against hostapi (BENCHMARKS.md)
+bench-mcp: build testkrun $(TEST_IMAGE)/index.json
+	KRUNBOX_LIBKRUN=$(TESTKRUN) $(GO) run ./hack/benchmcp -krunbox $(BUILD)/krunbox -image oci:$(TEST_IMAGE):latest -n 200
 
 ## bench-pi: tool-call overhead the pi extension adds on a ready sandbox, against hostapi (BENCHMARKS.md)
 bench-pi: build testkrun $(TEST_IMAGE)/index.json
