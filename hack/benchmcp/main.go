@@ -128,6 +128,7 @@ func run(ctx context.Context, krunbox, image string, n int) error {
 		m, d := median(viaMCP), median(direct)
 		fmt.Printf("%-22s %12s %12s %12s\n", op.name, ms(m), ms(d), "+"+ms(m-d))
 	}
+	cs.Close() // before the sandbox goes, which the server would report
 	return sbs[0].Remove(ctx)
 }
 
