@@ -184,24 +184,28 @@ func (s *Server) instructions() string {
 		`When a tool says the sandbox is not running, nothing ran anywhere: sandbox_status says why.`, s.ws)
 }
 
-// ensure makes sure the sandbox runs, starting it when it does not. It
-// fails closed: an error means nothing may run.
-func (s *Server) ensure(ctx context.Context) error {
+// ensure makes sure the sandbox runs, starting it when it does not, and
+// returns the guest's programs. It fails closed: an error means nothing
+// may run.
+func (s *Server) ensure(ctx context.Context) (*guestTools, error) {
 	s.mu.Lock()
-	ready := s.ready
+	ready, tools := s.ready, s.tools
 	s.mu.Unlock()
 	if ready {
-		return nil
+		return tools, nil
 	}
 	_, err := s.core.Ensure(ctx, s.opts.Sandbox)
-	var tools *guestTools
 	if err == nil {
 		tools, err = s.findGuestTools(ctx)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ready, s.tools, s.startErr = err == nil, tools, err
-	return err
+	s.startErr = err
+	if err != nil {
+		return nil, err
+	}
+	s.ready, s.tools = true, tools
+	return tools, nil
 }
 
 // notReady marks the sandbox as to be checked again when err says it is

@@ -220,6 +220,13 @@ func TestSession(t *testing.T) {
 	if got := ok(t, cs, "grep", map[string]any{"pattern": "func [A-Z]"}); !strings.Contains(got, "src/a.go:3:func A()") {
 		t.Errorf("grep: %q", got)
 	}
+	if got := ok(t, cs, "grep", map[string]any{"pattern": "[ay]", "glob": "*.txt"}); got != ws+"/src/b.txt:1:y\n"+ws+"/src/b.txt:2:y\n" {
+		t.Errorf("grep with a glob: %q", got)
+	}
+	ok(t, cs, "run", map[string]any{"command": "mkdir -p .git && echo 'func Hidden' > .git/x"})
+	if got := ok(t, cs, "grep", map[string]any{"pattern": "func"}); strings.Contains(got, ".git") {
+		t.Errorf("grep searched .git: %q", got)
+	}
 	if got := ok(t, cs, "grep", map[string]any{"pattern": "nowhere"}); !strings.Contains(got, "no match") {
 		t.Errorf("grep without a match: %q", got)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -125,13 +126,11 @@ func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunInput)
 	} else if in.TimeoutSec > 0 {
 		timeout = time.Duration(in.TimeoutSec) * time.Second
 	}
-	if err := s.ensure(ctx); err != nil {
+	tools, err := s.ensure(ctx)
+	if err != nil {
 		return nil, nil, s.toolError(err)
 	}
-	s.mu.Lock()
-	shell := s.tools.shell
-	s.mu.Unlock()
-	r := execRequest{argv: []string{shell, "-c", in.Command}, dir: dir, env: env, timeout: timeout, keep: s.limits.KeepBytes}
+	r := execRequest{argv: []string{tools.shell, "-c", in.Command}, dir: dir, env: env, timeout: timeout, keep: s.limits.KeepBytes}
 	if token := req.Params.GetProgressToken(); token != nil {
 		r.progress = func(elapsed time.Duration, written int64) {
 			req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: elapsed.Seconds(),
@@ -209,7 +208,7 @@ func (s *Server) read(ctx context.Context, _ *mcp.CallToolRequest, in ReadInput)
 	if limit == 0 {
 		limit = s.limits.OutputLines
 	}
-	if err := s.ensure(ctx); err != nil {
+	if _, err := s.ensure(ctx); err != nil {
 		return nil, nil, s.toolError(err)
 	}
 	var b strings.Builder
@@ -294,7 +293,7 @@ func (s *Server) write(ctx context.Context, _ *mcp.CallToolRequest, in WriteInpu
 	if len(in.Content) > s.limits.WriteBytes {
 		return nil, nil, fmt.Errorf("content: %d bytes is more than the %d one write takes: write the file in a command instead", len(in.Content), s.limits.WriteBytes)
 	}
-	if err := s.ensure(ctx); err != nil {
+	if _, err := s.ensure(ctx); err != nil {
 		return nil, nil, s.toolError(err)
 	}
 	if err := s.core.WriteFile(ctx, s.name, p, []byte(in.Content), 0o644, true); err != nil {
@@ -324,7 +323,7 @@ func (s *Server) edit(ctx context.Context, _ *mcp.CallToolRequest, in EditInput)
 	case len(in.OldString) > s.limits.WriteBytes || len(in.NewString) > s.limits.WriteBytes:
 		return nil, nil, fmt.Errorf("old_string or new_string: more than %d bytes", s.limits.WriteBytes)
 	}
-	if err := s.ensure(ctx); err != nil {
+	if _, err := s.ensure(ctx); err != nil {
 		return nil, nil, s.toolError(err)
 	}
 	r, err := s.core.ReadFile(ctx, s.name, p, 0, int64(s.limits.WriteBytes)+1)
@@ -370,7 +369,7 @@ func (s *Server) list(ctx context.Context, _ *mcp.CallToolRequest, in ListInput)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.ensure(ctx); err != nil {
+	if _, err := s.ensure(ctx); err != nil {
 		return nil, nil, s.toolError(err)
 	}
 	entries, err := s.core.ReadDir(ctx, s.name, p)
@@ -419,7 +418,7 @@ func (s *Server) find(ctx context.Context, _ *mcp.CallToolRequest, in FindInput)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.ensure(ctx); err != nil {
+	if _, err := s.ensure(ctx); err != nil {
 		return nil, nil, s.toolError(err)
 	}
 	res, err := s.exec(ctx, execRequest{argv: []string{"find", ".", "-name", ".git", "-prune", "-o", "-print"}, dir: dir, keep: s.limits.KeepBytes, timeout: s.limits.RunTimeout})
@@ -506,47 +505,73 @@ func (s *Server) grep(ctx context.Context, _ *mcp.CallToolRequest, in GrepInput)
 			return nil, nil, err
 		}
 	}
-	if err := s.ensure(ctx); err != nil {
+	tools, err := s.ensure(ctx)
+	if err != nil {
 		return nil, nil, s.toolError(err)
 	}
-	s.mu.Lock()
-	rg := s.tools.rg
-	s.mu.Unlock()
+	if in.Glob != "" {
+		if _, err := path.Match(in.Glob, ""); err != nil {
+			return nil, nil, fmt.Errorf("glob %q: %v", in.Glob, err)
+		}
+	}
 	var argv []string
-	if rg != "" {
-		argv = []string{rg, "-n", "--no-heading", "--color", "never", "--hidden", "-g", "!.git"}
+	keep := s.limits.OutputBytes * 2
+	if tools.rg != "" {
+		argv = []string{tools.rg, "-n", "--no-heading", "--color", "never", "--hidden", "-g", "!.git"}
 		if in.Glob != "" {
 			argv = append(argv, "-g", in.Glob)
 		}
 	} else {
-		argv = []string{"grep", "-rnE"}
-		if in.Glob != "" {
-			argv = append(argv, "--include="+in.Glob)
-		}
+		// grep (busybox's too) has no --include and does not skip .git:
+		// its lines are filtered here.
+		argv = []string{"grep", "-rnHE"}
+		keep = s.limits.KeepBytes
 	}
 	if in.IgnoreCase {
 		argv = append(argv, "-i")
 	}
 	argv = append(argv, "-e", in.Pattern, "--", p)
-	res, err := s.exec(ctx, execRequest{argv: argv, dir: s.ws, keep: s.limits.OutputBytes * 2, timeout: s.limits.RunTimeout})
+	res, err := s.exec(ctx, execRequest{argv: argv, dir: s.ws, keep: keep, timeout: s.limits.RunTimeout})
 	if err != nil {
 		return nil, nil, s.toolError(err)
+	}
+	matches := res.stdout.kept
+	if tools.rg == "" {
+		matches = grepFilter(matches, in.Glob)
 	}
 	code := -1
 	if res.exit.ExitCode != nil {
 		code = *res.exit.ExitCode
 	}
 	switch {
-	case code == 1 && res.stdout.total == 0:
-		return result("no match for %s in %s", in.Pattern, p), nil, nil
-	case code != 0 && code != 1 || res.stdout.total == 0:
+	case code != 0 && code != 1 || code == 0 && res.stdout.total == 0:
 		return nil, nil, fmt.Errorf("grep failed (%s): %s", exitWords(res.exit), strings.TrimSpace(text(res.stderr.last())))
+	case len(matches) == 0:
+		return result("no match for %s in %s", in.Pattern, p), nil, nil
 	}
-	out, cut := headLines(res.stdout.kept, s.limits.OutputLines, s.limits.OutputBytes)
+	out, cut := headLines(matches, s.limits.OutputLines, s.limits.OutputBytes)
 	if cut || !res.stdout.complete() {
 		out = fmt.Appendf(out, "[cut: %d bytes of matches in all; narrow the pattern, the path or the glob]\n", res.stdout.total)
 	}
 	return result("%s", text(out)), nil, nil
+}
+
+// grepFilter keeps the lines of grep's output (FILE:LINE:TEXT) that are not
+// in a .git directory and, when glob is set, whose file name matches it.
+func grepFilter(out []byte, glob string) []byte {
+	var kept []byte
+	for l := range bytes.Lines(out) {
+		file, _, _ := bytes.Cut(l, []byte(":"))
+		f := string(file)
+		if strings.Contains("/"+f+"/", "/.git/") {
+			continue
+		}
+		if ok, _ := path.Match(glob, path.Base(f)); glob != "" && !ok {
+			continue
+		}
+		kept = append(kept, l...)
+	}
+	return kept
 }
 
 // exitWords says how a command ended.
@@ -611,7 +636,7 @@ func (s *Server) restart(ctx context.Context, _ *mcp.CallToolRequest, in Restart
 	if err != nil {
 		return nil, nil, s.toolError(err)
 	}
-	if err := s.ensure(ctx); err != nil {
+	if _, err := s.ensure(ctx); err != nil {
 		return nil, nil, s.toolError(err)
 	}
 	how := "restarted"

@@ -12,9 +12,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// MaxMessageBytes bounds one message a client sends on stdio (64 MiB, as
-// krunbox serve's lines): enough for a write of Limits.WriteBytes however
-// its JSON escapes it.
+// MaxMessageBytes bounds one message a client sends, on stdio or in an
+// HTTP request's body (64 MiB, as krunbox serve's lines): enough for a
+// write of Limits.WriteBytes however its JSON escapes it.
 const MaxMessageBytes = 64 << 20
 
 // ServeStdio serves one client on in and out until in ends or ctx is done,
@@ -40,10 +40,12 @@ func (nopCloser) Close() error { return nil }
 func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
 	defer s.Close()
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
-		Logger:                s.log,
-		CrossOriginProtection: http.NewCrossOriginProtection(),
+		Logger:              s.log,
+		MaxRequestBodyBytes: MaxMessageBytes,
+		// A client that drops its request kills the command it ran.
+		PropagateRequestCancellation: true,
 	})
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: http.NewCrossOriginProtection().Handler(h), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
