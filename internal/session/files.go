@@ -48,7 +48,6 @@ type ReadFileResult struct {
 // ReadFile reads at most length bytes of a file from offset. The caller
 // bounds length: the answer is held in memory.
 func (m *Manager) ReadFile(ctx context.Context, sandbox, name string, offset, length int64) (*ReadFileResult, error) {
-	p := struct{ Sandbox, Path string }{sandbox, name}
 	if offset < 0 {
 		return nil, InvalidParams("offset %d: want 0 or more", offset)
 	}
@@ -60,25 +59,25 @@ func (m *Manager) ReadFile(ctx context.Context, sandbox, name string, offset, le
 		return nil, err
 	}
 	if length == 0 {
-		fi, err := c.Stat(ctx, p.Path)
+		fi, err := c.Stat(ctx, name)
 		if err != nil {
-			return nil, m.guestError(ctx, p.Sandbox, err)
+			return nil, m.guestError(ctx, sandbox, err)
 		}
 		if fi.IsDir() {
-			return nil, NewError(CodeIsDir, nil, "read %s: is a directory", p.Path)
+			return nil, NewError(CodeIsDir, nil, "read %s: is a directory", name)
 		}
 		return &ReadFileResult{Data: []byte{}, Size: fi.Size(), EOF: offset >= fi.Size()}, nil
 	}
-	f, err := c.OpenRange(ctx, p.Path, offset, length)
+	f, err := c.OpenRange(ctx, name, offset, length)
 	if err != nil {
-		return nil, m.guestError(ctx, p.Sandbox, err)
+		return nil, m.guestError(ctx, sandbox, err)
 	}
 	defer f.Close()
 	fi, _ := f.Stat()
 	var buf bytes.Buffer
 	buf.Grow(int(min(length, max(0, fi.Size()-offset))))
 	if _, err := buf.ReadFrom(io.LimitReader(f, length)); err != nil {
-		return nil, m.guestError(ctx, p.Sandbox, err)
+		return nil, m.guestError(ctx, sandbox, err)
 	}
 	n := int64(buf.Len())
 	return &ReadFileResult{Data: buf.Bytes(), Size: fi.Size(), EOF: offset+n >= fi.Size()}, nil
@@ -92,10 +91,6 @@ const maxLinks = 40
 // symbolic link is followed (at most maxLinks), so that the link stays and
 // its target is replaced. The caller bounds data.
 func (m *Manager) WriteFile(ctx context.Context, sandbox, name string, data []byte, perm fs.FileMode, mkdirs bool) error {
-	p := struct {
-		Sandbox, Path string
-		Mkdirs        bool
-	}{sandbox, name, mkdirs}
 	c, err := m.fsCall(ctx, sandbox, name)
 	if err != nil {
 		return err
@@ -103,20 +98,20 @@ func (m *Manager) WriteFile(ctx context.Context, sandbox, name string, data []by
 	// The write replaces a file atomically (a new file renamed over it):
 	// for a symbolic link that would replace the link, so write its
 	// target instead.
-	target := p.Path
+	target := name
 	for i := 0; ; i++ {
 		fi, err := c.Lstat(ctx, target)
 		if err != nil {
 			if errno, guest := guestErrno(err); guest && errno == syscall.ENOENT {
 				break // a new file
 			}
-			return m.guestError(ctx, p.Sandbox, err)
+			return m.guestError(ctx, sandbox, err)
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
 			break
 		}
 		if i == maxLinks {
-			return NewError(CodeIO, nil, "write %s: %v", p.Path, syscall.ELOOP)
+			return NewError(CodeIO, nil, "write %s: %v", name, syscall.ELOOP)
 		}
 		link := fi.Sys().(*hostapi.FileSys).LinkTarget
 		if !path.IsAbs(link) {
@@ -124,16 +119,16 @@ func (m *Manager) WriteFile(ctx context.Context, sandbox, name string, data []by
 		}
 		target = link
 	}
-	w, err := c.Create(ctx, target, &hostapi.WriteOptions{Perm: perm, KeepMode: true, MkdirAll: p.Mkdirs})
+	w, err := c.Create(ctx, target, &hostapi.WriteOptions{Perm: perm, KeepMode: true, MkdirAll: mkdirs})
 	if err != nil {
-		return m.guestError(ctx, p.Sandbox, err)
+		return m.guestError(ctx, sandbox, err)
 	}
 	if _, err := w.Write(data); err != nil {
 		w.Abort()
-		return m.guestError(ctx, p.Sandbox, err)
+		return m.guestError(ctx, sandbox, err)
 	}
 	if err := w.Close(); err != nil {
-		return m.guestError(ctx, p.Sandbox, err)
+		return m.guestError(ctx, sandbox, err)
 	}
 	return nil
 }
@@ -162,21 +157,17 @@ func FileType(m fs.FileMode) string {
 
 // Stat describes a file; lstat does not follow a final symbolic link.
 func (m *Manager) Stat(ctx context.Context, sandbox, name string, lstat bool) (*StatResult, error) {
-	p := struct {
-		Sandbox, Path string
-		Lstat         bool
-	}{sandbox, name, lstat}
 	c, err := m.fsCall(ctx, sandbox, name)
 	if err != nil {
 		return nil, err
 	}
 	stat := c.Stat
-	if p.Lstat {
+	if lstat {
 		stat = c.Lstat
 	}
-	fi, err := stat(ctx, p.Path)
+	fi, err := stat(ctx, name)
 	if err != nil {
-		return nil, m.guestError(ctx, p.Sandbox, err)
+		return nil, m.guestError(ctx, sandbox, err)
 	}
 	return &StatResult{Type: FileType(fi.Mode()), Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), MtimeMs: fi.ModTime().UnixMilli()}, nil
 }
@@ -190,14 +181,13 @@ type DirEntry struct {
 
 // ReadDir lists a directory: every entry but . and .., in any order.
 func (m *Manager) ReadDir(ctx context.Context, sandbox, name string) ([]DirEntry, error) {
-	p := struct{ Sandbox, Path string }{sandbox, name}
 	c, err := m.fsCall(ctx, sandbox, name)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := c.ReadDir(ctx, p.Path)
+	entries, err := c.ReadDir(ctx, name)
 	if err != nil {
-		return nil, m.guestError(ctx, p.Sandbox, err)
+		return nil, m.guestError(ctx, sandbox, err)
 	}
 	out := make([]DirEntry, len(entries))
 	for i, e := range entries {

@@ -638,32 +638,28 @@ func (m *Manager) Restart(ctx context.Context, req *EnsureRequest) (*Status, err
 // Stop stops a sandbox, and removes it too when remove is true. Stopping
 // a stopped or absent sandbox is not an error.
 func (m *Manager) Stop(ctx context.Context, name string, remove bool) (*Status, error) {
-	p := struct {
-		Name   string
-		Remove bool
-	}{name, remove}
-	if err := CheckName("name", p.Name); err != nil {
+	if err := CheckName("name", name); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
-	delete(m.failures, p.Name)
+	delete(m.failures, name)
 	m.mu.Unlock()
-	m.unwatch(p.Name)
-	sb, err := m.host.Get(p.Name)
+	m.unwatch(name)
+	sb, err := m.host.Get(name)
 	if errors.Is(err, hostapi.ErrNotFound) {
-		return &Status{Name: p.Name, State: StateAbsent}, nil
+		return &Status{Name: name, State: StateAbsent}, nil
 	}
 	if err == nil {
-		if p.Remove {
+		if remove {
 			err = sb.Remove(ctx)
 		} else {
 			err = sb.Stop(ctx)
 		}
 	}
 	if err != nil && !errors.Is(err, hostapi.ErrNotFound) {
-		return nil, NewError(CodeIO, nil, "stop %s: %v", p.Name, err)
+		return nil, NewError(CodeIO, nil, "stop %s: %v", name, err)
 	}
-	return m.status(ctx, p.Name), nil
+	return m.status(ctx, name), nil
 }
 
 // LogsResult is the tail of a sandbox's console log.
@@ -676,31 +672,26 @@ type LogsResult struct {
 // allow=...: op is "allow" or "deny". It returns the setting after the
 // change.
 func (m *Manager) Network(ctx context.Context, name, op string, rules []string) (string, error) {
-	p := struct {
-		Name  string
-		Op    string
-		Rules []string
-	}{name, op, rules}
-	if err := CheckName("name", p.Name); err != nil {
+	if err := CheckName("name", name); err != nil {
 		return "", err
 	}
-	if p.Op != "allow" && p.Op != "deny" {
-		return "", InvalidParams("op %q: want allow or deny", p.Op)
+	if op != "allow" && op != "deny" {
+		return "", InvalidParams("op %q: want allow or deny", op)
 	}
-	if len(p.Rules) == 0 {
+	if len(rules) == 0 {
 		return "", InvalidParams("rules: want at least one")
 	}
-	if _, err := netpolicy.ParseRules(p.Rules); err != nil {
+	if _, err := netpolicy.ParseRules(rules); err != nil {
 		return "", NewError(CodeInvalidConfig, nil, "%v", err)
 	}
-	sb, err := m.host.Get(p.Name)
+	sb, err := m.host.Get(name)
 	if errors.Is(err, hostapi.ErrNotFound) {
-		return "", NewError(CodeNotFound, nil, "sandbox %s: not found", p.Name)
+		return "", NewError(CodeNotFound, nil, "sandbox %s: not found", name)
 	}
 	if err != nil {
-		return "", NewError(CodeIO, nil, "sandbox %s: %v", p.Name, err)
+		return "", NewError(CodeIO, nil, "sandbox %s: %v", name, err)
 	}
-	n, err := sb.ChangeNetwork(ctx, p.Op, p.Rules)
+	n, err := sb.ChangeNetwork(ctx, op, rules)
 	if err != nil {
 		return "", NewError(CodeNotReady, nil, "%v", err)
 	}
@@ -711,33 +702,32 @@ func (m *Manager) Network(ctx context.Context, name, op string, rules []string) 
 // with invalid bytes replaced; an absent sandbox, or one without a log
 // yet, has an empty one.
 func (m *Manager) Logs(name string, limit int64) (*LogsResult, error) {
-	p := struct{ Name string }{name}
-	if err := CheckName("name", p.Name); err != nil {
+	if err := CheckName("name", name); err != nil {
 		return nil, err
 	}
-	sb, err := m.host.Get(p.Name)
+	sb, err := m.host.Get(name)
 	if errors.Is(err, hostapi.ErrNotFound) {
 		return &LogsResult{}, nil
 	}
 	if err != nil {
-		return nil, NewError(CodeIO, nil, "logs of %s: %v", p.Name, err)
+		return nil, NewError(CodeIO, nil, "logs of %s: %v", name, err)
 	}
 	f, err := os.Open(sb.ConsolePath())
 	if errors.Is(err, os.ErrNotExist) {
 		return &LogsResult{}, nil
 	}
 	if err != nil {
-		return nil, NewError(CodeIO, nil, "logs of %s: %v", p.Name, err)
+		return nil, NewError(CodeIO, nil, "logs of %s: %v", name, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, NewError(CodeIO, nil, "logs of %s: %v", p.Name, err)
+		return nil, NewError(CodeIO, nil, "logs of %s: %v", name, err)
 	}
 	off := max(0, fi.Size()-limit)
 	b, err := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
 	if err != nil {
-		return nil, NewError(CodeIO, nil, "logs of %s: %v", p.Name, err)
+		return nil, NewError(CodeIO, nil, "logs of %s: %v", name, err)
 	}
 	return &LogsResult{Text: strings.ToValidUTF8(string(b), "\uFFFD"), Truncated: off > 0}, nil
 }
