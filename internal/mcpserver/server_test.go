@@ -3,9 +3,11 @@ package mcpserver
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -381,3 +383,57 @@ func TestRunCancelAndProgress(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A session whose client goes away leaves no goroutine behind: not the
+// server's, not its commands' pumps, not its agent connections'.
+func TestNoGoroutineLeft(t *testing.T) {
+	e := newTestEnv(t)
+	req := e.request(t, e.image)
+	// The sandbox is started first: its runner, a child of this process,
+	// has a goroutine that waits for it, and outlives the session.
+	m := session.New(e.host, discard(), session.Options{})
+	if _, err := m.Ensure(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	before := runtime.NumGoroutine()
+	srv := New(e.host, discard(), Options{Sandbox: req})
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeStdio(context.Background(), toServer, fromServer) }()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, nil).Connect(t.Context(),
+		&mcp.IOTransport{Reader: toClient, Writer: fromClient}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok(t, cs, "read", map[string]any{"path": "/etc/passwd"})
+	pidFile := filepath.Join(e.workspace, "pid")
+	go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run", Arguments: map[string]any{"command": "echo $$ > " + pidFile + "; exec sleep 100000"}})
+	poll.Until(t, "the command's pid file", 30*time.Second, func() bool {
+		b, _ := os.ReadFile(pidFile)
+		return strings.HasSuffix(string(b), "\n")
+	})
+	// The client goes away mid-call: its pipes close.
+	fromClient.Close()
+	toClient.Close()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("ServeStdio: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not end 30s after its client went away")
+	}
+	if guestAlive(t, e, req.Config.Name, pidFile) {
+		t.Error("the command outlived its client")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
