@@ -271,6 +271,7 @@ func TestHostileArguments(t *testing.T) {
 	}
 	fails(t, cs, "run", map[string]any{"command": "echo " + strings.Repeat("y", 2<<10)}, "more than the 1024 this tool takes")
 	fails(t, cs, "grep", map[string]any{"pattern": strings.Repeat("z", 2<<10)}, "more than the 1024")
+	fails(t, cs, "run", map[string]any{"command": "true", "env": map[string]string{"BIG": strings.Repeat("v", 2<<10)}}, "env: ")
 	fails(t, cs, "read", map[string]any{"path": "/" + strings.Repeat("p", 5000)}, "not a path")
 	fails(t, cs, "run", map[string]any{"command": "true", "timeout_sec": 1 << 30}, "timeout_sec")
 	fails(t, cs, "edit", map[string]any{"path": "f", "old_string": "", "new_string": "x"}, "old_string: required")

@@ -120,6 +120,9 @@ func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunInput)
 	if err != nil {
 		return nil, nil, fmt.Errorf("env: %v", err)
 	}
+	if err := s.checkArg("env", strings.Join(env, "\n")); err != nil {
+		return nil, nil, err
+	}
 	timeout := s.limits.RunTimeout
 	if in.TimeoutSec < 0 || time.Duration(in.TimeoutSec)*time.Second > s.limits.MaxRunTimeout {
 		return nil, nil, fmt.Errorf("timeout_sec %d: want 1 to %d", in.TimeoutSec, int(s.limits.MaxRunTimeout/time.Second))
