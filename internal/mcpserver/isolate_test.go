@@ -64,6 +64,21 @@ func TestIsolatedDiffAndLand(t *testing.T) {
 		t.Errorf("the landed file: %q", got)
 	}
 
+	// A client of the 2025-06-18 revision (which agents speak today) is
+	// asked with elicitation/create.
+	_, older := connectVersion(t, e, Options{Sandbox: req}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked++
+			return &mcp.ElicitResult{Action: "accept"}, nil
+		},
+	}, "2025-06-18")
+	if v := older.InitializeResult().ProtocolVersion; v != "2025-06-18" {
+		t.Fatalf("protocol %s", v)
+	}
+	if got := ok(t, older, "land", nil); !strings.Contains(got, "nothing new to land") || asked != 3 {
+		t.Errorf("land from a 2025-06-18 client: %q, asked %d times", got, asked)
+	}
+
 	// A client without elicitation is told what to run.
 	_, plain := connect(t, e, Options{Sandbox: req}, nil)
 	fails(t, plain, "land", nil, `run "krunbox land `+req.Config.Name+`"`)

@@ -82,6 +82,13 @@ func (e *testEnv) request(t testing.TB, image string) *session.EnsureRequest {
 // client session; both end with the test.
 func connect(t testing.TB, e *testEnv, opts Options, copts *mcp.ClientOptions) (*Server, *mcp.ClientSession) {
 	t.Helper()
+	return connectVersion(t, e, opts, copts, "")
+}
+
+// connectVersion is connect for a client that asks for a protocol
+// revision ("" for the latest).
+func connectVersion(t testing.TB, e *testEnv, opts Options, copts *mcp.ClientOptions, version string) (*Server, *mcp.ClientSession) {
+	t.Helper()
 	srv := New(e.host, slog.New(slog.DiscardHandler), opts)
 	ct, st := mcp.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -91,7 +98,7 @@ func connect(t testing.TB, e *testEnv, opts Options, copts *mcp.ClientOptions) (
 		srv.MCP().Run(ctx, st)
 		srv.Close()
 	}()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, copts).Connect(t.Context(), ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, copts).Connect(t.Context(), ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatal(err)
 	}
