@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"path"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/krunbox/krunbox/hostapi"
@@ -117,7 +117,15 @@ func (s *Server) exec(ctx context.Context, r execRequest) (*execResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { s.core.Signal(id, syscall.SIGKILL) })
+	// Killed when the call is cancelled, or when the command outlives its
+	// timeout by ShutdownWait (the guest enforces the timeout; a guest
+	// that does not is not waited for).
+	killCtx, cancel := context.WithCancel(ctx)
+	if r.timeout > 0 {
+		killCtx, cancel = context.WithTimeout(ctx, r.timeout+session.ShutdownWait)
+	}
+	defer cancel()
+	stop := context.AfterFunc(killCtx, func() { s.core.Kill(id) })
 	defer stop()
 	res := &execResult{stdout: newCapture(r.keep, s.limits.OutputBytes), stderr: newCapture(r.keep, s.limits.OutputBytes)}
 	var mu sync.Mutex
@@ -153,6 +161,8 @@ func (s *Server) exec(ctx context.Context, r execRequest) (*execResult, error) {
 	switch {
 	case ctx.Err() != nil:
 		return nil, errCancelled
+	case killCtx.Err() != nil:
+		return nil, fmt.Errorf("the command did not end %v after its timeout of %v: killed", session.ShutdownWait, r.timeout)
 	case res.exit == nil:
 		return nil, errors.New("the server is ending: the command was killed")
 	case res.exit.Error != nil:

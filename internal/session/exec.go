@@ -295,11 +295,30 @@ func (m *Manager) KillExecs(sandbox string) {
 		}
 	}
 	m.mu.Unlock()
+	killAll(kill)
+}
+
+// Kill kills the command id, if it runs, and waits (at most ShutdownWait)
+// until its end is reported; past that its streams are closed, so that a
+// guest that does not answer cannot hold its Pump.
+func (m *Manager) Kill(id string) {
+	m.mu.Lock()
+	e := m.execs[id]
+	running := e != nil && e.proc != nil
+	m.mu.Unlock()
+	if running {
+		killAll([]*Exec{e})
+	}
+}
+
+// killAll sends SIGKILL to each command and waits for their ends, closing
+// the streams of those still running after ShutdownWait.
+func killAll(execs []*Exec) {
 	deadline := time.After(ShutdownWait)
-	for _, e := range kill {
+	for _, e := range execs {
 		e.proc.Signal(syscall.SIGKILL)
 	}
-	for _, e := range kill {
+	for _, e := range execs {
 		select {
 		case <-e.done:
 		case <-deadline:
