@@ -34,7 +34,7 @@ GO_TAGS    = $(shell [ -f $(ISAL_LIB) ] && echo krunbox_isal)
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox isal testkrun testimage test test-fresh deps check-build quickstart release-artifacts unit lint cross pi-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-secrets bench-isolate bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox isal testkrun testimage test test-fresh deps check-build quickstart release-artifacts unit lint cross pi-test mcp-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-mcp bench-secrets bench-isolate bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -76,14 +76,14 @@ $(TESTKRUN): $(wildcard hack/testkrun/*.c hack/testkrun/*.h)
 ## test: every test: lint, Go unit and end-to-end tests, cross builds, pi extension, real VMs, README's quick start (make deps first)
 # quickstart and release-artifacts build again: they run after the tests, even under -j.
 test: deps
-	@$(MAKE) --no-print-directory lint unit cross pi-test realvm-tier
+	@$(MAKE) --no-print-directory lint unit cross pi-test mcp-test realvm-tier
 	@$(MAKE) --no-print-directory quickstart release-artifacts
 
 ## test-fresh: make test as on a new machine: a fresh clone of HEAD, empty Go module, Go build and npm caches, no ~/.cache (hack/setup/fresh.sh)
 test-fresh:
 	REALVM=$(REALVM) hack/setup/fresh.sh test
 
-## deps: check the toolchains, install the Debian packages the tests need (as root; else it says how) and pi's npm packages
+## deps: check the toolchains, install the Debian packages the tests need (as root; else it says how), pi's and the MCP Inspector's npm packages
 deps:
 	@GO=$(GO) CC=$(CC) hack/setup/deps.sh test
 	@[ -z "$(ISAL_HOST)" ] || CC=$(CC) hack/setup/isal.sh $(BUILD)/isal
@@ -162,6 +162,10 @@ pi-test: build testkrun $(TEST_IMAGE)/index.json
 	@# The stand-in server (three tests use its boot delay) must keep to the protocol too.
 	cd pi && node --import tsx --test --test-reporter=dot test/conformance.test.ts
 
+## mcp-test: krunbox mcp driven by the MCP Inspector's CLI (hack/mcpinspector): every tool, over stdio and Streamable HTTP, on the test double
+mcp-test: build testkrun $(TEST_IMAGE)/index.json
+	KRUNBOX=$(BUILD)/krunbox TESTKRUN=$(TESTKRUN) IMAGE=oci:$(TEST_IMAGE):latest hack/mcpinspector/run.sh
+
 # Real libkrun microVMs, nested: ../shared/realvm/run boots an L1 Linux under QEMU (TCG,
 # emulated AMD SVM) that has a real /dev/kvm and libkrun 1.19, and hack/realvm/test.sh
 # runs the groups of hack/realvm/groups there, one L1 boot per group (see
@@ -203,7 +207,7 @@ bench-realvm: realvm-payload
 	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench
 
 ## bench: every benchmark; figures go to BENCHMARKS.md
-bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-net bench-secrets bench-isolate
+bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-mcp bench-net bench-secrets bench-isolate
 
 ## bench-oci: cold pull + flatten (the CLI, two images) against crane export | tar -x and the tar -x floor
 bench-oci: krunbox
@@ -229,6 +233,10 @@ bench-isolate:
 bench-agent:
 	$(GO) test -run '^$$' -bench 'ExecTrue|Ping|SmallFileRead' -benchtime 2000x ./hostapi/
 	$(GO) test -run '^$$' -bench 'FileTransfer' -benchtime 10x ./hostapi/
+
+## bench-mcp: tool-call overhead krunbox mcp adds on a ready sandbox, against hostapi (BENCHMARKS.md)
+bench-mcp: build testkrun $(TEST_IMAGE)/index.json
+	KRUNBOX_LIBKRUN=$(TESTKRUN) $(GO) run ./hack/benchmcp -krunbox $(BUILD)/krunbox -image oci:$(TEST_IMAGE):latest -n 200
 
 ## bench-pi: tool-call overhead the pi extension adds on a ready sandbox, against hostapi (BENCHMARKS.md)
 bench-pi: build testkrun $(TEST_IMAGE)/index.json

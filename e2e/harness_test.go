@@ -85,6 +85,7 @@ var scenarios = []scenario{
 	{"CopyStopped", testCopyStopped},
 	{"CopyTar", testCopyTar},
 	{"LimitsSoak", testLimitsSoak},
+	{"MCPSession", testMCPSession},
 }
 
 // TestDouble runs every scenario with VMs on the libkrun test double.

@@ -114,6 +114,7 @@ func newRootCmd(s *streams) *cobra.Command {
 		newPruneCmd(s),
 		newDoctorCmd(s),
 		newServeCmd(s),
+		newMCPCmd(s),
 	)
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(root.FlagErrorFunc())

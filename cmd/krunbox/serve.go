@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/krunbox/krunbox/hostapi"
+	"github.com/krunbox/krunbox/internal/session"
 )
 
 // The serve protocol (docs/serve-protocol.md): JSON-RPC 2.0 over
@@ -34,32 +35,32 @@ const (
 	// maxWriteBytes bounds one fs.writeFile.
 	maxWriteBytes = 32 << 20
 	// outputChunk bounds the data of one exec.output notification.
-	outputChunk = 64 << 10
+	outputChunk = session.OutputChunk
 	// shutdownWait bounds how long an ending server waits for its
 	// commands to be killed and its requests to return.
-	shutdownWait = 10 * time.Second
+	shutdownWait = session.ShutdownWait
 )
 
-// Error codes of the serve protocol (docs/serve-protocol.md §3).
+// Error codes of the serve protocol (docs/serve-protocol.md §3): those of
+// the framing, and the session's.
 const (
 	codeParseError     = -32700
 	codeInvalidRequest = -32600
 	codeMethodNotFound = -32601
-	codeInvalidParams  = -32602
-	codeInternal       = -32603
+	codeInvalidParams  = session.CodeInvalidParams
+	codeInternal       = session.CodeInternal
 	codeNotInitialized = -32002
 	codeUnsupported    = 1001
-	codeNotReady       = 1002
-	codeStartFailed    = 1003
-	codeConfigMismatch = 1004
-	codeNotFound       = 1005
-	codeNotDir         = 1006
-	codeIsDir          = 1007
-	codePermission     = 1008
-	codeExecFailed     = 1009
-	codeTooLarge       = 1010
-	codeIO             = 1011
-	codeInvalidConfig  = 1012
+	codeNotReady       = session.CodeNotReady
+	codeStartFailed    = session.CodeStartFailed
+	codeConfigMismatch = session.CodeConfigMismatch
+	codeNotFound       = session.CodeNotFound
+	codeNotDir         = session.CodeNotDir
+	codeIsDir          = session.CodeIsDir
+	codePermission     = session.CodePermission
+	codeExecFailed     = session.CodeExecFailed
+	codeTooLarge       = session.CodeTooLarge
+	codeInvalidConfig  = session.CodeInvalidConfig
 )
 
 func newServeCmd(s *streams) *cobra.Command {
@@ -90,28 +91,14 @@ started; the sandboxes keep running.`,
 	return cmd
 }
 
-// rpcError is an error answered to the client.
-type rpcError struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-	Data    any    `json:"data,omitempty"`
-}
+// rpcError is an error answered to the client: the session's errors are
+// the protocol's.
+type rpcError = session.Error
 
-func (e *rpcError) Error() string { return e.Message }
-
-// newError returns an rpcError whose message is one line.
-func newError(code int, data any, format string, a ...any) *rpcError {
-	return &rpcError{Code: code, Message: oneLine(fmt.Sprintf(format, a...)), Data: data}
-}
-
-func invalidParams(format string, a ...any) *rpcError {
-	return newError(codeInvalidParams, nil, format, a...)
-}
-
-// oneLine joins the lines of s.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ")), " ")
-}
+var (
+	newError      = session.NewError
+	invalidParams = session.InvalidParams
+)
 
 // message is any message on the wire; which fields are set says what it is.
 type message struct {
@@ -164,37 +151,26 @@ func (w *lineWriter) close() {
 // first).
 type handler func(ctx context.Context, params json.RawMessage) (result any, after func(), err error)
 
-// server is one serve connection: its client, the sandboxes' agent
-// clients and the commands it started.
+// server is one serve connection: its client and its session (the
+// sandboxes' agent clients and the commands it started).
 type server struct {
 	host *hostapi.Host
 	out  *lineWriter
 	log  *slog.Logger
+	core *session.Manager
 
 	methods     map[string]handler
 	initialized atomic.Bool
-	// life ends when the server does.
-	life     context.Context
-	requests sync.WaitGroup
-
-	mu       sync.Mutex
-	clients  map[string]*hostapi.Client // agent clients by sandbox name
-	execs    map[string]*execEntry      // by execId, until their exit is sent
-	watching map[string]int             // sandbox name → the runner pid watched
-	failures map[string]*startFailure   // the last failed start, by sandbox name
+	requests    sync.WaitGroup
 }
 
 func newServer(host *hostapi.Host, out io.Writer, log *slog.Logger) *server {
 	s := &server{
-		host:     host,
-		life:     context.Background(),
-		out:      &lineWriter{w: out},
-		log:      log,
-		clients:  map[string]*hostapi.Client{},
-		execs:    map[string]*execEntry{},
-		watching: map[string]int{},
-		failures: map[string]*startFailure{},
+		host: host,
+		out:  &lineWriter{w: out},
+		log:  log,
 	}
+	s.core = session.New(host, log, session.Options{ClientName: "krunbox-serve", StartHint: "start it with sandbox.ensure", Events: s})
 	s.methods = map[string]handler{
 		"initialize":      s.initialize,
 		"sandbox.ensure":  s.sandboxEnsure,
@@ -226,7 +202,6 @@ func (s *server) serve(ctx context.Context, in io.Reader) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.life = ctx
 	lines := make(chan []byte)
 	readErr := make(chan error, 1)
 	go func() {
@@ -301,37 +276,34 @@ func readLines(ctx context.Context, in io.Reader, lines chan<- []byte, tooLong f
 	}
 }
 
-// shutdown ends the connection: no more answers, the commands it started
-// killed (cancelling ctx does it), then its agent connections closed.
+// shutdown ends the connection: no more answers, its requests cancelled
+// and its session closed (the commands it started killed, its agent
+// connections closed), then its requests waited for.
 func (s *server) shutdown(cancel context.CancelFunc) {
 	s.out.close()
 	cancel()
+	s.core.Close()
 	done := make(chan struct{})
 	go func() {
 		s.requests.Wait()
-		s.mu.Lock()
-		var execs []*execEntry
-		for _, e := range s.execs {
-			execs = append(execs, e)
-		}
-		s.mu.Unlock()
-		for _, e := range execs {
-			<-e.done
-		}
 		close(done)
 	}()
 	select {
 	case <-done:
 	case <-time.After(shutdownWait):
-		s.log.Warn("commands or requests still running at exit")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, c := range s.clients {
-		c.Close()
-		delete(s.clients, name)
+		s.log.Warn("requests still running at exit")
 	}
 	s.log.Info("stdin closed: exiting")
+}
+
+// Progress sends sandbox.progress.
+func (s *server) Progress(name, phase, msg string) {
+	s.out.send(&message{Method: "sandbox.progress", Params: map[string]string{"name": name, "phase": phase, "message": msg}})
+}
+
+// StateChanged sends sandbox.state.
+func (s *server) StateChanged(name string, st *session.Status) {
+	s.out.send(&message{Method: "sandbox.state", Params: map[string]any{"name": name, "status": st}})
 }
 
 // request is a request as read, before its method is known to exist.

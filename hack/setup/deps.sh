@@ -5,9 +5,10 @@
 #                                     versions below; exit 1 saying what to install
 #   hack/setup/deps.sh test           every toolchain, then the Debian packages the tests
 #                                     use (installed with apt-get when root, else exit 1
-#                                     with the command to run) and pi/'s npm dependencies
-#                                     (npm ci when pi/node_modules is missing or older
-#                                     than pi/package-lock.json)
+#                                     with the command to run) and the npm dependencies
+#                                     of pi/ and hack/mcpinspector/ (npm ci when a
+#                                     node_modules is missing or older than its
+#                                     package-lock.json)
 #
 # Environment: GO, CC (the Makefile's), NODE_MIN (to override the Node minimum).
 set -euo pipefail
@@ -130,15 +131,16 @@ packages() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
-# npm_deps runs npm ci in pi/ when its node_modules is missing or older than the lock
-# file (npm ci writes node_modules/.package-lock.json).
+# npm_deps runs npm ci in DIR (pi/, hack/mcpinspector/) when its node_modules is missing
+# or older than the lock file (npm ci writes node_modules/.package-lock.json).
 npm_deps() {
-	local stamp=pi/node_modules/.package-lock.json
-	if [ -f "$stamp" ] && [ ! pi/package-lock.json -nt "$stamp" ]; then
+	local dir=$1
+	local stamp=$dir/node_modules/.package-lock.json
+	if [ -f "$stamp" ] && [ ! "$dir/package-lock.json" -nt "$stamp" ]; then
 		return
 	fi
-	echo "deps: npm ci in pi/ (pi/node_modules is missing or older than pi/package-lock.json)"
-	(cd pi && npm ci --no-audit --no-fund)
+	echo "deps: npm ci in $dir/ ($dir/node_modules is missing or older than $dir/package-lock.json)"
+	(cd "$dir" && npm ci --no-audit --no-fund)
 }
 
 case ${1:-} in
@@ -149,7 +151,9 @@ check)
 test)
 	check go cc git node
 	packages
-	npm_deps
+	npm_deps pi
+	# The MCP Inspector's CLI, for make mcp-test (its own Node 22 comes with it).
+	npm_deps hack/mcpinspector
 	;;
 *)
 	echo "usage: $0 check go|node|cc|git... | $0 test" >&2

@@ -1,4 +1,4 @@
-package main
+package session
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 // bounds is too-large, not a sandbox that is not ready.
 func TestGuestErrorTooLarge(t *testing.T) {
 	le := &hostapi.LimitError{Limit: "MaxDirEntries", Max: 10, What: "directory entries"}
-	err := (&server{}).guestError(context.Background(), "sb", &fs.PathError{Op: "readdir", Path: "/d", Err: le})
-	var re *rpcError
-	if !errors.As(err, &re) || re.Code != codeTooLarge {
-		t.Fatalf("guestError = %#v, want code %d", err, codeTooLarge)
+	err := (&Manager{}).guestError(context.Background(), "sb", &fs.PathError{Op: "readdir", Path: "/d", Err: le})
+	var re *Error
+	if !errors.As(err, &re) || re.Code != CodeTooLarge {
+		t.Fatalf("guestError = %#v, want code %d", err, CodeTooLarge)
 	}
 }
