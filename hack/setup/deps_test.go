@@ -36,6 +36,14 @@ func newRepo(t *testing.T) *repo {
 	r.write(t, "hack/setup/deps.sh", string(script), 0o755)
 	r.write(t, "go.mod", string(gomod), 0o644)
 	r.write(t, "pi/package-lock.json", "{}", 0o644)
+	// The MCP Inspector's modules are there and current: the cases below
+	// decide pi's (npm_deps treats both folders alike).
+	r.write(t, "hack/mcpinspector/package-lock.json", "{}", 0o644)
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(r.dir, "hack/mcpinspector/package-lock.json"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	r.write(t, "hack/mcpinspector/node_modules/.package-lock.json", "{}", 0o644)
 	return r
 }
 
