@@ -24,7 +24,9 @@ const (
 	// baseConnBuffer is a connection's endpoint buffer each way until
 	// then: one frame of the link's MTU.
 	baseConnBuffer = 64 << 10
-	bulkAfter      = 512 << 10
+	// bulkAfter is two of those: a bulk transfer spends about two round
+	// trips of the guest link on the small buffers.
+	bulkAfter = 2 * baseConnBuffer
 	// smallRelay and bigRelay are the relay's reads: big ones fill
 	// several frames of the link's MTU (32 KiB reads made the stack send
 	// 32 KiB segments).
