@@ -23,8 +23,12 @@
 // stderr and libkrun's log) and exit.json. Start re-executes the program
 // detached from the caller (a new session, stdin /dev/null, stdout and
 // stderr to runner.log). Before the Go runtime starts, that process forks:
-// the parent stays in C as the monitor, which waits for the child and
-// records its exit status in exit.json; the child is the runner, which
+// the parent stays in C as the monitor, which copies the child's stdout and
+// stderr into runner.log and the console into the spec's console log (both
+// through pipes, each file kept under Spec.LogMax by rotation into one
+// previous file, NAME.1: the guest decides how much it writes), waits for
+// the child and records its exit status in exit.json; the child is the
+// runner, which
 //
 //   - on Linux, enters a new mount namespace and, for a caller that is not
 //     root, a new user namespace mapping the caller to root, so the guest
@@ -40,9 +44,17 @@
 //   - mounts the overlay root (the read-only image tree under the VM's
 //     writable layer; [CheckOverlay] says whether this host can), places the spec's files (libkrun overlay files where
 //     the library has them, else written into the writable root), raises
-//     RLIMIT_NOFILE, configures libkrun (console output to the spec's log
-//     file), writes runner.pid, tells Start it is ready, flushes and calls
-//     krun_start_enter. Its exit code is the VM's.
+//     RLIMIT_NOFILE, configures libkrun (console output to the monitor's
+//     pipe, /proc/self/fd/5), writes runner.pid, tells Start it is ready,
+//     flushes and calls krun_start_enter. Its exit code is the VM's.
+//
+// The monitor never stops reading the pipes while the runner lives, so the
+// guest's console writes wait at most for a write to the file (what cannot
+// be written, on a full disk, is dropped); it reads them to their end, at
+// most 2 s past the runner's exit, before it records the exit status, so
+// that the guest's last words are in the logs. A monitor killed leaves the
+// runner writing into pipes nobody reads: the runner dies at its next
+// write to its stderr, and the guest's console stops.
 //
 // Liveness is decided by a lock (runner.lock) that Start takes and hands
 // down, held by the monitor and the runner for their whole lives: a VM
