@@ -41,6 +41,10 @@ type Host struct {
 	store     *oci.Store
 	storeErr  error
 
+	// staleSharesOnce makes Start warn once that libkrun cannot make
+	// shares coherent.
+	staleSharesOnce sync.Once
+
 	preflightMu sync.Mutex
 	preflightOK bool
 
