@@ -3,9 +3,11 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/krunbox/krunbox/internal/testutil/hostchange"
+	"github.com/krunbox/krunbox/internal/testutil/testkrun"
 )
 
 // testHostChangesSeen: each host change to the workspace and to a -v mount
@@ -58,5 +60,37 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testStaleWorkspaceSaid: with a libkrun that cannot make shares coherent
+// (an upstream one: the double built as one), a sandbox still starts; start
+// warns that the workspace may be stale, once, and inspect says it, running
+// or not; a sandbox whose only mount is :cached is not warned about.
+func testStaleWorkspaceSaid(t *testing.T, e *env) {
+	if e.suite.mode != double {
+		t.Skip("needs a libkrun without krun_set_virtiofs_cache: the test double built as one")
+	}
+	e.extra = append(e.extra, "KRUNBOX_LIBKRUN="+testkrun.Build(t, "-DTESTKRUN_STOCK"))
+	const warning = "the workspace may be stale in the guest"
+	ws := realDir(t)
+	e.pull()
+	e.ok("create", "--name", "stale", "--workspace", ws, image)
+	if got, _ := e.inspect("stale")["stale_shares"].(string); !strings.Contains(got, "up to 5s stale") || !strings.Contains(got, "krun_set_virtiofs_cache") {
+		t.Errorf("inspect of a stopped sandbox: stale_shares %q, want the 5 s and why", got)
+	}
+	r := e.krunbox("start", "stale")
+	if r.code != 0 || strings.Count(r.stderr, warning) != 1 || !strings.Contains(r.stderr, "make libkrun") {
+		t.Errorf("start: %s; want one warning %q saying where a coherent libkrun comes from", r, warning)
+	}
+	if got, _ := e.inspect("stale")["stale_shares"].(string); !strings.Contains(got, "up to 5s stale") {
+		t.Errorf("inspect of the running sandbox: stale_shares %q", got)
+	}
+	e.ok("create", "--name", "cached", "-v", realDir(t)+":/deps:cached", image)
+	if r := e.krunbox("start", "cached"); r.code != 0 || strings.Contains(r.stderr, warning) {
+		t.Errorf("start of a sandbox with only a :cached mount: %s; want no warning", r)
+	}
+	if got, ok := e.inspect("cached")["stale_shares"]; ok {
+		t.Errorf("inspect of a sandbox with only a :cached mount: stale_shares %v", got)
 	}
 }

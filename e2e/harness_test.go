@@ -52,6 +52,7 @@ var scenarios = []scenario{
 	{"Workspace", testWorkspace},
 	{"HostChangesSeen", testHostChangesSeen},
 	{"NoLostEdit", testNoLostEdit},
+	{"StaleWorkspaceSaid", testStaleWorkspaceSaid},
 	{"GitWorktree", testGitWorktree},
 	{"GitReadOnly", testGitReadOnly},
 	{"GitWritable", testGitWritable},
