@@ -15,7 +15,8 @@
 #   result is cached in $CACHE/libkrun-KEY, KEY being a hash of the source, the patches,
 #   the build script and the features, so a machine builds each change once; OUT is a
 #   symbolic link to it. Exit status 3 (and nothing built) when $REALVM has no source or
-#   build script: the caller says SKIP.
+#   build script, or when not root (that script installs Debian packages): the caller
+#   says SKIP.
 #
 # env:  REALVM  the nested-VM harness's folder (default ../shared/realvm beside the clone)
 #       CACHE   the build cache (default ${XDG_CACHE_HOME:-$HOME/.cache}/krunbox-build)
@@ -58,8 +59,16 @@ cached() {
 		log "cannot build: $tarball or $script is missing (REALVM=DIR; or hack/libkrun/build.sh OUT CHECKOUT with the crate registry)"
 		exit 3
 	fi
+	if [ "$(id -u)" != 0 ]; then
+		log "cannot build: $script installs Debian packages (apt-get), which needs root"
+		exit 3
+	fi
 	key=$( { sha256sum "$tarball" "$script" $(patches) | cut -d' ' -f1; echo "$FEATURES"; } | sha256sum | cut -c1-16)
 	dir=$cache/libkrun-$key
+	mkdir -p "$cache"
+	# one build per key at a time: another make test on this machine waits for it
+	exec 9>"$dir.lock"
+	flock 9
 	if [ -f "$dir/out/libkrun.so.1" ] && [ -f "$dir/out/libkrunfw.so.5" ] && [ -f "$dir/ok" ]; then
 		log "cached: $dir/out"
 	else
