@@ -198,7 +198,7 @@ func makeSourceTree(b *testing.B, dir string, withGit bool) {
 	if !withGit {
 		return
 	}
-	for _, args := range [][]string{{"init", "-q"}, {"add", "."}, {"-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "bench"}} {
+	for _, args := range [][]string{{"init", "-q"}, {"add", "."}, {"-c", "user.name=b", "-c", "user.email=b@b", "-c", "gc.auto=0", "commit", "-q", "-m", "bench"}} {
 		cmd := exec.Command("git", args...)
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
