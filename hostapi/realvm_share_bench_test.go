@@ -116,7 +116,8 @@ func BenchmarkRealVMShares(b *testing.B) {
 	times := map[string][]time.Duration{}
 	for _, w := range workloads {
 		for _, s := range shares { // warm: git refreshes its index once
-			sh(fmt.Sprintf(w.script, s.guest))
+			_, d := sh(fmt.Sprintf(w.script, s.guest))
+			b.Logf("%s on the %s share, warming: %v", w.name, s.name, d.Round(time.Millisecond))
 		}
 	}
 	for b.Loop() {
@@ -124,6 +125,7 @@ func BenchmarkRealVMShares(b *testing.B) {
 			for _, s := range shares {
 				_, d := sh(fmt.Sprintf(w.script, s.guest))
 				times[w.name+"/"+s.name] = append(times[w.name+"/"+s.name], d)
+				b.Logf("%s on the %s share: %v", w.name, s.name, d.Round(time.Millisecond)) // as it goes: a deadline keeps what ran
 			}
 		}
 	}
