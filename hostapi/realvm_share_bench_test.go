@@ -5,6 +5,7 @@ package hostapi
 import (
 	"context"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -69,7 +70,9 @@ func BenchmarkRealVMShares(b *testing.B) {
 		b.Helper()
 		start := time.Now()
 		out, err := c.Output(ctx, "sh", "-c", script)
-		if err != nil {
+		if ee := (*ExitError)(nil); errors.As(err, &ee) {
+			b.Fatalf("%s: %v: %s", script, err, ee.Stderr)
+		} else if err != nil {
 			b.Fatalf("%s: %v", script, err)
 		}
 		return string(out), time.Since(start)
