@@ -120,28 +120,37 @@ func BenchmarkRealVMShares(b *testing.B) {
 	}
 
 	// What it costs.
-	type workload struct{ name, script string }
+	// Each prints what it found, checked against want: a command that
+	// fails in a pipe must not pass for a fast one.
+	type workload struct{ name, script, want string }
 	workloads := []workload{
-		{"find", "find %s/repo -type f | wc -l"},
-		{"build", "cd %s/repo && rm -rf ../out && mkdir ../out && for d in src/*; do cat $d/* > ../out/${d#src/}.o; done && cat ../out/*.o | md5sum"},
+		{"find", "find %s/repo/src -type f > /tmp/found && wc -l < /tmp/found", fmt.Sprintf("%d\n", files)},
+		{"build", "cd %s/repo && rm -rf ../out && mkdir ../out && for d in src/*; do cat $d/* > ../out/${d#src/}.o; done && cat ../out/*.o > ../out/app && ls ../out | wc -l", "101\n"},
 	}
 	if hasGit {
 		workloads = append(workloads, workload{"git-status",
-			"cd %s/repo && HOME=/tmp GIT_CONFIG_NOSYSTEM=1 /tools/ld.so --library-path /tools /tools/git status --porcelain | wc -l"})
+			"cd %s/repo && HOME=/tmp GIT_CONFIG_NOSYSTEM=1 /tools/ld.so --library-path /tools /tools/git status --porcelain > /tmp/st && wc -l < /tmp/st", "0\n"})
 	} else {
 		b.Log("no git on this machine: git status not measured")
 	}
 	times := map[string][]time.Duration{}
 	if hasGit {
 		for _, s := range shares { // git refreshes its index once: not measured
-			_, d := sh(fmt.Sprintf(workloads[len(workloads)-1].script, s.guest))
+			w := workloads[len(workloads)-1]
+			out, d := sh(fmt.Sprintf(w.script, s.guest))
+			if out != w.want {
+				b.Fatalf("git status on the %s share: %q, want %q (a clean tree)", s.name, out, w.want)
+			}
 			b.Logf("git-status on the %s share, refreshing the index: %v", s.name, d.Round(time.Millisecond))
 		}
 	}
 	for b.Loop() {
 		for _, w := range workloads {
 			for _, s := range shares {
-				_, d := sh(fmt.Sprintf(w.script, s.guest))
+				out, d := sh(fmt.Sprintf(w.script, s.guest))
+				if out != w.want {
+					b.Fatalf("%s on the %s share printed %q, want %q", w.name, s.name, out, w.want)
+				}
 				times[w.name+"/"+s.name] = append(times[w.name+"/"+s.name], d)
 				b.Logf("%s on the %s share: %v", w.name, s.name, d.Round(time.Millisecond)) // as it goes: a deadline keeps what ran
 			}
