@@ -23,11 +23,12 @@ import (
 const shareBenchFilesEnv = "KRUNBOX_BENCH_SHARE_FILES"
 
 // defaultShareBenchFiles is the default size of the benchmark's repository.
-// Nested (hack/realvm), each virtio-fs request takes tens of milliseconds
-// of emulation, and a find over 10,000 files with coherent shares took more
-// than 8 minutes: the nested runs use 2,000 files, as the probe did;
-// set shareBenchFilesEnv=10000 on a KVM host for a middling project.
-const defaultShareBenchFiles = 2000
+// Nested (hack/realvm), each virtio-fs request costs milliseconds of
+// emulation: a find over a 2,000-file repository (4,000 files with .git)
+// on the coherent share took 6 min 36 s (2026-12-03), so the nested runs
+// use 500 files, to stay within a test's deadline; set
+// shareBenchFilesEnv=10000 on a KVM host for a middling project.
+const defaultShareBenchFiles = 500
 
 // BenchmarkRealVMShares measures, in one real VM, what the coherence of the
 // workspace buys and what it costs. Two copies of a repository of
