@@ -34,7 +34,7 @@ GO_TAGS    = $(shell [ -f $(ISAL_LIB) ] && echo krunbox_isal)
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox isal testkrun testimage test test-fresh deps check-build quickstart release-artifacts unit lint cross pi-test mcp-test realvm-tier test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-mcp bench-secrets bench-isolate bench-realvm run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox isal testkrun testimage test test-fresh deps check-build quickstart release-artifacts unit lint cross pi-test mcp-test realvm-tier libkrun libkrun-if-possible test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-mcp bench-secrets bench-isolate bench-realvm bench-realvm-shares run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -59,8 +59,29 @@ endif
 # The libkrun and libkrunfw that make dist and make pi-package bundle: a folder holding
 # libkrun.so.1 and libkrunfw.so.5 (or their versioned files). Without it both still work,
 # and say that the result needs a system libkrun. CI: LIBKRUN_DIR=../shared/realvm/lib.
+# Without LIBKRUN_DIR, they bundle build/libkrun when make libkrun has built it.
 LIBKRUN_DIR     ?=
-LIBKRUN_DIR_ABS  = $(if $(LIBKRUN_DIR),$(abspath $(LIBKRUN_DIR)))
+LIBKRUN_DIR_ABS  = $(abspath $(or $(LIBKRUN_DIR),$(wildcard $(LIBKRUN_BUILT))))
+
+# The libkrun krunbox ships: upstream 1.19.0 with hack/libkrun's patches (a share's cache
+# behaviour, krun_set_virtiofs_cache, which keeps the workspace live from host to guest),
+# built with NET and BLK. hack/libkrun/build.sh builds it from $(REALVM)'s source with
+# Debian's crate packages (no crate registry), cached by the hash of the source and the
+# patches in $${XDG_CACHE_HOME:-~/.cache}/krunbox-build; LIBKRUN_CHECKOUT=DIR builds an
+# upstream checkout of v1.19.0 with its own Makefile and the crate registry instead.
+LIBKRUN_BUILT    := $(BUILD)/libkrun
+LIBKRUN_CHECKOUT ?=
+
+## libkrun: krunbox's libkrun (1.19.0 + hack/libkrun/*.patch, NET and BLK) and libkrunfw in build/libkrun (LIBKRUN_CHECKOUT=DIR: from an upstream checkout)
+libkrun:
+	REALVM=$(REALVM) hack/libkrun/build.sh $(LIBKRUN_BUILT) $(LIBKRUN_CHECKOUT)
+
+# libkrun-if-possible is make libkrun where it can be built (the harness's source is
+# there), and says SKIP otherwise; a build that fails fails.
+libkrun-if-possible:
+	@REALVM=$(REALVM) hack/libkrun/build.sh $(LIBKRUN_BUILT); rc=$$?; \
+	if [ $$rc = 3 ]; then rm -rf $(LIBKRUN_BUILT); echo "SKIP: krunbox's libkrun (make libkrun) cannot be built here: the real-VM tier runs on $(REALVM)/lib, and its coherence scenarios SKIP"; \
+	elif [ $$rc != 0 ]; then exit $$rc; fi
 
 ## dist: the release bundle build/dist/krunbox-VERSION-OS-ARCH.tar.gz (LIBKRUN_DIR=DIR: with libkrun and libkrunfw)
 dist: build
@@ -103,8 +124,12 @@ check-build:
 
 # release-artifacts builds what CI publishes, with the libkrun and libkrunfw the real-VM
 # tests ran on: build/dist/krunbox-VERSION-OS-ARCH.tar.gz and build/pi-krunbox-VERSION.tgz.
+# They carry krunbox's libkrun (build/libkrun, which make test builds); without it, the
+# harness's upstream one, and say so.
 release-artifacts:
-	@if [ -d $(REALVM)/lib ]; then $(MAKE) --no-print-directory dist pi-package LIBKRUN_DIR=$(REALVM)/lib; \
+	@if [ -e $(LIBKRUN_BUILT)/libkrun.so.1 ]; then $(MAKE) --no-print-directory dist pi-package LIBKRUN_DIR=$(LIBKRUN_BUILT); \
+	elif [ -d $(REALVM)/lib ]; then echo "release artifacts: WARNING: with $(REALVM)/lib, an upstream libkrun without krun_set_virtiofs_cache (make libkrun could not build krunbox's)"; \
+		$(MAKE) --no-print-directory dist pi-package LIBKRUN_DIR=$(REALVM)/lib; \
 	else echo "SKIP: release artifacts with libkrun: $(REALVM)/lib is missing (make dist LIBKRUN_DIR=DIR)"; fi
 
 unit: build testkrun
@@ -182,13 +207,17 @@ realvm-tier:
 	@if [ -x $(REALVM)/run ]; then $(MAKE) --no-print-directory test-realvm; \
 	else echo "SKIP: real-VM tests (make test-realvm): $(REALVM)/run is missing (the nested-VM harness, REALVM=DIR)"; fi
 
+# Both run on krunbox's own libkrun (build/libkrun) where make libkrun can build it,
+# else on the harness's ($(REALVM)/lib, upstream's), where the coherence scenarios SKIP.
+REALVM_KRUN_LIB = $$([ -e $(LIBKRUN_BUILT)/libkrun.so.1 ] && echo $(LIBKRUN_BUILT))
+
 ## test-realvm: the ci subset of the real-libkrun tests (e2e, hostapi/vmm, pi) in nested real microVMs
-test-realvm: realvm-payload
-	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh ci
+test-realvm: realvm-payload libkrun-if-possible
+	KRUN_LIB=$(REALVM_KRUN_LIB) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh ci
 
 ## test-realvm-full: every real-libkrun test in nested real microVMs, known failures included
-test-realvm-full: realvm-payload
-	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh full
+test-realvm-full: realvm-payload libkrun-if-possible
+	KRUN_LIB=$(REALVM_KRUN_LIB) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh full
 
 # realvm-payload builds what the L1 payloads hold: krunbox, the test image, the compiled
 # e2e and hostapi/vmm suites, the vsock probe of the latter and the network probe of
@@ -205,6 +234,14 @@ bench-realvm: realvm-payload
 	$(GO) test -c -o $(BUILD)/hostapi.test ./hostapi
 	$(GO) build -o $(BUILD)/benchpi ./hack/benchpi
 	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench
+
+## bench-realvm-shares: the live workspace on nested real VMs, what coherence buys and costs, with krunbox's libkrun and then upstream's (BENCHMARKS.md)
+bench-realvm-shares: realvm-payload libkrun-if-possible
+	$(GO) test -c -o $(BUILD)/hostapi.test ./hostapi
+	$(GO) build -o $(BUILD)/benchpi ./hack/benchpi
+	KRUN_LIB=$(REALVM_KRUN_LIB) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench bench-shares
+	rm -rf $(BUILD)/realvm/out/bench-shares.krunbox && mv $(BUILD)/realvm/out/bench-shares $(BUILD)/realvm/out/bench-shares.krunbox
+	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench bench-shares
 
 ## bench: every benchmark; figures go to BENCHMARKS.md
 bench: bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-mcp bench-net bench-secrets bench-isolate

@@ -83,13 +83,16 @@ func TestDistBundle(t *testing.T) {
 	for _, f := range []string{"bin/krunbox", "lib/krunbox/libkrun.so.1", "lib/krunbox/libkrunfw.so.5",
 		"share/doc/krunbox/README.md", "share/doc/krunbox/LICENSE", "share/doc/krunbox/SOURCES.md",
 		"share/doc/krunbox/licenses/libkrun-Apache-2.0.txt", "share/doc/krunbox/licenses/libkrunfw-LGPL-2.1.txt",
-		"share/doc/krunbox/licenses/linux-GPL-2.0.txt"} {
+		"share/doc/krunbox/licenses/linux-GPL-2.0.txt",
+		// the double exports krun_set_virtiofs_cache, as krunbox's libkrun does
+		"share/doc/krunbox/libkrun-patches/0001-virtiofs-let-the-caller-set-a-share-s-cache-behaviour.patch"} {
 		if fi, err := os.Lstat(filepath.Join(prefix, f)); err != nil || !fi.Mode().IsRegular() {
 			t.Errorf("bundle: %s: %v, want a regular file", f, err)
 		}
 	}
 	sources, _ := os.ReadFile(filepath.Join(prefix, "share/doc/krunbox/SOURCES.md"))
-	for _, w := range []string{"libkrun 1.19.0", "libkrunfw 5.5.0", "Linux 6.12.91", "tag v5.5.0", "linux-6.12.91.tar.xz"} {
+	for _, w := range []string{"libkrun 1.19.0", "libkrunfw 5.5.0", "Linux 6.12.91", "tag v5.5.0", "linux-6.12.91.tar.xz",
+		"tag v1.19.0, with krunbox's changes in `libkrun-patches/`"} {
 		if !strings.Contains(string(sources), w) {
 			t.Errorf("SOURCES.md lacks %q:\n%s", w, sources)
 		}

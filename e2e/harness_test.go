@@ -29,6 +29,9 @@ type suite struct {
 	// lib is KRUNBOX_LIBKRUN for krunbox: the test double, or the real
 	// library when one was named.
 	lib string
+	// stale, when not empty, is doctor's word that the library cannot
+	// make shares coherent (its "✗ live workspace" line).
+	stale string
 }
 
 // scenario is one end-to-end test, run by every suite.
@@ -47,6 +50,8 @@ var scenarios = []scenario{
 	{"EnvironmentNotLeaked", testEnvironmentNotLeaked},
 	{"ReadOnlyMount", testReadOnlyMount},
 	{"Workspace", testWorkspace},
+	{"LiveWorkspace", testLiveWorkspace},
+	{"StaleWorkspaceSaid", testStaleWorkspaceSaid},
 	{"GitWorktree", testGitWorktree},
 	{"GitReadOnly", testGitReadOnly},
 	{"GitWritable", testGitWritable},
@@ -116,7 +121,18 @@ func TestRealLibkrun(t *testing.T) {
 		}
 		t.Skipf("SKIP real-libkrun e2e suite (no real VM can start here; see e2e/bundle/README.md to run it on a KVM host): %s", why)
 	}
+	s.stale = staleLine(res.stdout)
 	runSuite(t, s)
+}
+
+// staleLine returns doctor's "✗ live workspace" line, or "".
+func staleLine(doctor string) string {
+	for l := range strings.Lines(doctor) {
+		if strings.HasPrefix(l, "✗ live workspace: ") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 func runSuite(t *testing.T, s *suite) {

@@ -8,48 +8,35 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/krunbox/krunbox/internal/testutil/poll"
 )
 
-// hostChangeDelay is how long a host change to a shared directory may take
-// to reach the guest. On the double, none: the guest sees the host's
-// directory itself. In a real VM, libkrun 1.19's virtio-fs tells the guest
-// kernel to keep names and attributes (sizes included) for 5 seconds, and
-// its C API cannot change that; so, for that long, a host edit may be read
-// with the file's old size and a host deletion may still be seen.
-func (s *suite) hostChangeDelay() time.Duration {
-	if s.mode == real {
-		return 5 * time.Second
+// CoherentEnv, set to 1, makes the scenarios that need coherent shares
+// run, and fail, with a libkrun that cannot make them coherent, rather than
+// skip: hack/realvm/test.sh sets it when the library is krunbox's own.
+const CoherentEnv = "KRUNBOX_E2E_COHERENT"
+
+// needCoherent skips a scenario that needs the guest to see host changes at
+// once when the suite's libkrun cannot do it (it lacks
+// krun_set_virtiofs_cache, as upstream releases do), saying why, unless
+// CoherentEnv asks for it.
+func (e *env) needCoherent() {
+	e.t.Helper()
+	if e.suite.stale != "" && os.Getenv(CoherentEnv) != "1" {
+		e.t.Skipf("SKIP: this libkrun cannot make the workspace coherent (krunbox doctor: %s); build krunbox's own with make libkrun and point KRUNBOX_LIBKRUN at it, or set %s=1 to run this anyway", e.suite.stale, CoherentEnv)
 	}
-	return 0
 }
 
-// guestSees checks that a host change made at changed reaches the guest of
-// sandbox name within the suite's hostChangeDelay: script, run there, must
-// print want by then. An exec started past the bound (with a second's slack
-// for the guest kernel's timer ticks) that still prints something else
-// fails the test.
-func (e *env) guestSees(what string, changed time.Time, name, script, want string) {
+// guestSees checks that the guest's first look at a host change, script run
+// in sandbox name at once, prints want.
+func (e *env) guestSees(what, name, script, want string) {
 	e.t.Helper()
-	bound := changed.Add(e.suite.hostChangeDelay())
-	if e.suite.hostChangeDelay() > 0 {
-		bound = bound.Add(time.Second)
-	}
-	var got string
-	var after time.Duration
-	poll.Until(e.t, what+" to reach the guest", time.Until(bound)+time.Minute, func() bool {
-		start := time.Now()
-		got, after = e.ok("exec", name, "sh", "-c", script), start.Sub(changed)
-		return got == want || start.After(bound)
-	})
-	if got != want {
-		e.t.Errorf("%s seen in the guest as %q by an exec started %v after it (want %q within %v)", what, got, after.Round(time.Millisecond), want, e.suite.hostChangeDelay())
+	if got := e.ok("exec", name, "sh", "-c", script); got != want {
+		e.t.Errorf("%s: the guest's first read after it gave %q, want %q", what, got, want)
 	}
 }
 
 func testWorkspace(t *testing.T, e *env) {
+	e.needCoherent()
 	ws, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -70,11 +57,11 @@ func testWorkspace(t *testing.T, e *env) {
 			t.Errorf("guest write of %s seen on the host as %q, %v", p, b, err)
 		}
 	}
-	// Host edits are seen in the guest, within the share's cache bound.
+	// Host edits are seen in the guest at once.
 	if err := os.WriteFile(filepath.Join(ws, "g"), []byte("edited on the host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.guestSees("host edit", time.Now(), "ws", "cat g", "edited on the host\n")
+	e.guestSees("host edit", "ws", "cat g", "edited on the host\n")
 	// Deletions, both ways.
 	sh("rm -r d")
 	if _, err := os.Stat(filepath.Join(ws, "d")); !errors.Is(err, fs.ErrNotExist) {
@@ -83,7 +70,7 @@ func testWorkspace(t *testing.T, e *env) {
 	if err := os.Remove(filepath.Join(ws, "g")); err != nil {
 		t.Fatal(err)
 	}
-	e.guestSees("host deletion", time.Now(), "ws", "test -e g && echo present || echo gone", "gone\n")
+	e.guestSees("host deletion", "ws", "test -e g && echo present || echo gone", "gone\n")
 	// -v . shares the current directory at the same path.
 	e.pull()
 	cmd := e.command("run", "-v", ".", "-w", ws, image, "--", "sh", "-c", "pwd; echo dot > dot")

@@ -41,6 +41,10 @@ type Host struct {
 	store     *oci.Store
 	storeErr  error
 
+	// staleSharesOnce makes Start warn once that libkrun cannot make
+	// shares coherent.
+	staleSharesOnce sync.Once
+
 	preflightMu sync.Mutex
 	preflightOK bool
 
@@ -135,6 +139,22 @@ func (h *Host) Preflight(ctx context.Context) error {
 	}
 	h.preflightOK = true
 	return nil
+}
+
+// StaleShares says, when the libkrun this Host starts VMs with cannot make
+// shares coherent (it lacks krun_set_virtiofs_cache, as upstream releases
+// do), that the guest may see host changes to the workspace and mounts up
+// to 5 s late, and why; "" when it can. It probes the library in a child
+// process, as Preflight does.
+func (h *Host) StaleShares(ctx context.Context) (string, error) {
+	r, err := vmm.Probe(ctx, h.libkrun)
+	if err != nil {
+		return "", err
+	}
+	if r.LoadErr != "" {
+		return "", errors.New(r.LoadErr)
+	}
+	return r.StaleShares, nil
 }
 
 // Create creates a sandbox from cfg: it chooses its root (cfg.Root), pulls

@@ -21,6 +21,14 @@ type Mount struct {
 	GuestPath string `json:"guest_path,omitempty"`
 	// ReadOnly makes the share read-only, enforced by the host.
 	ReadOnly bool `json:"read_only,omitempty"`
+	// Cached lets the guest cache the share's directory entries and
+	// attributes for 5 s, as libkrun does by default, rather than see each
+	// host change at its next access: faster where the guest lists or
+	// stats many files, for a share the host does not change while the
+	// sandbox runs (a read-mostly dependency cache). The risk: for up to
+	// 5 s after the host changes a file, the guest may read the old one,
+	// and an edit the guest makes then overwrites the host's change.
+	Cached bool `json:"cached,omitempty"`
 }
 
 func (m Mount) String() string {
@@ -28,19 +36,39 @@ func (m Mount) String() string {
 	if m.GuestPath != "" && m.GuestPath != m.HostPath {
 		s += ":" + m.GuestPath
 	}
+	var opts []string
 	if m.ReadOnly {
-		s += ":ro"
+		opts = append(opts, "ro")
+	}
+	if m.Cached {
+		opts = append(opts, "cached")
+	}
+	if len(opts) > 0 {
+		s += ":" + strings.Join(opts, ",")
 	}
 	return s
 }
 
-// ParseMount parses a mount written HOST[:GUEST][:ro|:rw], as given to
-// "krunbox run -v". A relative HOST is taken from the current directory.
+// mountOptions are the options of a mount's last field, as Docker writes
+// them: "ro" and "rw", and "cached" and "consistent" (the default).
+var mountOptions = []string{"ro", "rw", "cached", "consistent"}
+
+// ParseMount parses a mount written HOST[:GUEST][:OPTIONS], as given to
+// "krunbox run -v", OPTIONS being a comma-separated list of ro or rw and
+// cached or consistent (the default; see Mount.Cached). A relative HOST is
+// taken from the current directory.
 func ParseMount(s string) (Mount, error) {
 	parts := strings.Split(s, ":")
 	var m Mount
-	if n := len(parts); n > 1 && (parts[n-1] == "ro" || parts[n-1] == "rw") {
-		m.ReadOnly = parts[n-1] == "ro"
+	if n := len(parts); n > 1 && isMountOptions(parts[n-1]) {
+		for _, o := range strings.Split(parts[n-1], ",") {
+			switch o {
+			case "ro", "rw":
+				m.ReadOnly = o == "ro"
+			case "cached", "consistent":
+				m.Cached = o == "cached"
+			}
+		}
 		parts = parts[:n-1]
 	}
 	switch len(parts) {
@@ -52,7 +80,7 @@ func ParseMount(s string) (Mount, error) {
 			return Mount{}, fmt.Errorf("mount %q: empty guest path", s)
 		}
 	default:
-		return Mount{}, fmt.Errorf("mount %q: want HOST[:GUEST][:ro]", s)
+		return Mount{}, fmt.Errorf("mount %q: want HOST[:GUEST][:ro] (options ro or rw, and cached, comma-separated)", s)
 	}
 	if m.HostPath == "" {
 		return Mount{}, fmt.Errorf("mount %q: empty host path", s)
@@ -127,7 +155,18 @@ func resolveMount(m Mount) (Mount, error) {
 			return Mount{}, fmt.Errorf("%w %s: guest path %s would shadow %s", ErrInvalidMount, m.HostPath, guest, r)
 		}
 	}
-	return Mount{HostPath: host, GuestPath: guest, ReadOnly: m.ReadOnly}, nil
+	return Mount{HostPath: host, GuestPath: guest, ReadOnly: m.ReadOnly, Cached: m.Cached}, nil
+}
+
+// isMountOptions reports whether s is a list of mount options (and so not
+// a guest path).
+func isMountOptions(s string) bool {
+	for _, o := range strings.Split(s, ",") {
+		if !slices.Contains(mountOptions, o) {
+			return false
+		}
+	}
+	return true
 }
 
 // exposureError refuses a mount that would give the guest krunbox's own

@@ -27,6 +27,12 @@ func TestParseMount(t *testing.T) {
 		{in: "/src:/dst", want: Mount{HostPath: "/src", GuestPath: "/dst"}},
 		{in: "/src:/dst:ro", want: Mount{HostPath: "/src", GuestPath: "/dst", ReadOnly: true}},
 		{in: "rel/dir:/dst", want: Mount{HostPath: "rel/dir", GuestPath: "/dst"}},
+		{in: "/src:/dst:cached", want: Mount{HostPath: "/src", GuestPath: "/dst", Cached: true}},
+		{in: "/src:cached", want: Mount{HostPath: "/src", Cached: true}},
+		{in: "/src:/dst:ro,cached", want: Mount{HostPath: "/src", GuestPath: "/dst", ReadOnly: true, Cached: true}},
+		{in: "/src:/dst:cached,consistent", want: Mount{HostPath: "/src", GuestPath: "/dst"}}, // the last wins
+		{in: "/src:/dst:consistent", want: Mount{HostPath: "/src", GuestPath: "/dst"}},
+		{in: "/src:/dst:ro,delegated", wantErr: "want HOST[:GUEST][:ro]"},
 		{in: "", wantErr: "empty host path"},
 		{in: ":/dst", wantErr: "empty host path"},
 		{in: "/src:", wantErr: "empty guest path"},
@@ -43,6 +49,10 @@ func TestParseMount(t *testing.T) {
 			}
 			if err != nil || got != tt.want {
 				t.Fatalf("ParseMount(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+			}
+			// String writes what ParseMount reads back.
+			if back, err := ParseMount(got.String()); err != nil || back != got {
+				t.Errorf("ParseMount(%q) (String of %+v) = %+v, %v", got.String(), got, back, err)
 			}
 		})
 	}

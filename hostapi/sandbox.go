@@ -276,6 +276,9 @@ func (s *Sandbox) Start(ctx context.Context, opts ...StartOption) error {
 	if err == nil {
 		err = mountErrors(info)
 	}
+	if err == nil {
+		s.warnStaleShares(vm)
+	}
 	if err != nil {
 		// Do not leave a VM behind that the caller was told did not start.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -291,6 +294,21 @@ func (s *Sandbox) Start(ctx context.Context, opts ...StartOption) error {
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	return nil
+}
+
+// warnStaleShares warns, once per Host, when the VM's libkrun could not
+// make the sandbox's shares coherent (see LibkrunInfo.StaleShares).
+func (s *Sandbox) warnStaleShares(vm *vmm.VM) {
+	if !slices.ContainsFunc(s.rec.Mounts, func(m Mount) bool { return !m.Cached }) {
+		return
+	}
+	ri, err := vm.Runner()
+	if err != nil || ri.Libkrun == nil || ri.Libkrun.StaleShares == "" {
+		return
+	}
+	s.host.staleSharesOnce.Do(func() {
+		s.host.log.Warn("the workspace may be stale in the guest: "+ri.Libkrun.StaleShares, "sandbox", s.name)
+	})
 }
 
 // StartOption configures Start.
@@ -574,7 +592,7 @@ func (s *Sandbox) vmSpec(ctx context.Context, o startOptions) (*vmm.Spec, error)
 	}
 	for i, m := range s.rec.Mounts {
 		tag := mountTag(i)
-		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
+		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly, Cached: m.Cached})
 		ac.Mounts = append(ac.Mounts, protocol.Mount{Tag: tag, Path: m.GuestPath, ReadOnly: m.ReadOnly})
 	}
 	if err := s.addSecrets(spec, &ac, cfg); err != nil {

@@ -35,6 +35,10 @@ type LibkrunInfo struct {
 	// Krunfw is the libkrunfw file loaded from beside libkrun; empty when
 	// libkrun loads libkrunfw by name, from the system.
 	Krunfw string `json:"krunfw,omitempty"`
+	// StaleShares, when not empty, says that this libkrun cannot make the
+	// workspace and mounts coherent: the guest may see a host change to
+	// them up to 5 s late, and why.
+	StaleShares string `json:"stale_shares,omitempty"`
 }
 
 // PreflightError reports what this host lacks to run VMs (no KVM, no

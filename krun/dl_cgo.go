@@ -25,6 +25,7 @@ typedef int32_t (*kb_vm_config_fn)(uint32_t, uint8_t, uint32_t);
 typedef int32_t (*kb_ctx_str_fn)(uint32_t, const char *);
 typedef int32_t (*kb_ctx_str_str_fn)(uint32_t, const char *, const char *);
 typedef int32_t (*kb_virtiofs3_fn)(uint32_t, const char *, const char *, uint64_t, bool);
+typedef int32_t (*kb_virtiofs_cache_fn)(uint32_t, const char *, uint32_t, uint32_t, uint32_t);
 typedef int32_t (*kb_ctx_strs_fn)(uint32_t, const char *const[]);
 typedef int32_t (*kb_exec_fn)(uint32_t, const char *, const char *const[], const char *const[]);
 typedef int32_t (*kb_vsock_port_fn)(uint32_t, uint32_t, const char *);
@@ -44,6 +45,7 @@ static int32_t kb_vm_config(void *f, uint32_t c, uint8_t n, uint32_t m) { return
 static int32_t kb_ctx_str(void *f, uint32_t c, const char *s) { return ((kb_ctx_str_fn)f)(c, s); }
 static int32_t kb_ctx_str_str(void *f, uint32_t c, const char *a, const char *b) { return ((kb_ctx_str_str_fn)f)(c, a, b); }
 static int32_t kb_virtiofs3(void *f, uint32_t c, const char *t, const char *p, uint64_t shm, bool ro) { return ((kb_virtiofs3_fn)f)(c, t, p, shm, ro); }
+static int32_t kb_virtiofs_cache(void *f, uint32_t c, const char *t, uint32_t e, uint32_t a, uint32_t p) { return ((kb_virtiofs_cache_fn)f)(c, t, e, a, p); }
 static int32_t kb_ctx_strs(void *f, uint32_t c, char **a) { return ((kb_ctx_strs_fn)f)(c, (const char *const *)a); }
 static int32_t kb_exec(void *f, uint32_t c, const char *p, char **a, char **e) { return ((kb_exec_fn)f)(c, p, (const char *const *)a, (const char *const *)e); }
 static int32_t kb_vsock_port(void *f, uint32_t c, uint32_t port, const char *p) { return ((kb_vsock_port_fn)f)(c, port, p); }
@@ -177,6 +179,12 @@ func (b *dlBackend) virtiofs3(ctx uint32, tag, path string, shmSize uint64, read
 	defer C.free(unsafe.Pointer(ct))
 	defer C.free(unsafe.Pointer(cp))
 	return int32(C.kb_virtiofs3(b.sym("krun_add_virtiofs3"), C.uint32_t(ctx), ct, cp, C.uint64_t(shmSize), C.bool(readOnly)))
+}
+
+func (b *dlBackend) virtiofsCache(ctx uint32, tag string, entryMs, attrMs, policy uint32) int32 {
+	ct := C.CString(tag)
+	defer C.free(unsafe.Pointer(ct))
+	return int32(C.kb_virtiofs_cache(b.sym(ShareCacheFunc), C.uint32_t(ctx), ct, C.uint32_t(entryMs), C.uint32_t(attrMs), C.uint32_t(policy)))
 }
 
 // cArray is a NULL-terminated C array of C strings, never NULL itself.

@@ -3,6 +3,7 @@ package krun
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -93,6 +95,9 @@ type UnsupportedError struct {
 
 func (e *UnsupportedError) Error() string {
 	msg := fmt.Sprintf("%s: not exported by %s", e.Func, e.Library)
+	if e.Func == ShareCacheFunc {
+		return msg + " (no upstream release has it yet: krunbox's libkrun carries it, see hack/libkrun)"
+	}
 	if v := since[e.Func]; v != "" {
 		msg += " (needs libkrun " + v + " or later"
 		if strings.HasPrefix(e.Func, "krun_add_net") {
@@ -126,6 +131,50 @@ var since = map[string]string{
 	"krun_fs_add_overlay_file":    "1.19",
 	"krun_fs_add_overlay_dir":     "1.19",
 }
+
+// ShareCacheFunc is the C function that sets how the guest may cache a
+// virtio-fs share. No libkrun release has it yet: krunbox's own libkrun
+// (hack/libkrun) adds it to 1.19. Without it, the guest keeps each share's
+// directory entries and attributes for [DefaultShareTimeout].
+const ShareCacheFunc = "krun_set_virtiofs_cache"
+
+// DefaultShareTimeout is how long libkrun's virtio-fs lets the guest keep a
+// share's directory entries and attributes when nothing else is asked for
+// (libkrun 1.19's passthrough defaults): a host change to a share can stay
+// unseen that long.
+const DefaultShareTimeout = 5 * time.Second
+
+// CachePolicy says how the guest may keep a share's file data
+// (KRUN_FS_CACHE_*).
+type CachePolicy uint32
+
+// Cache policies of krun_set_virtiofs_cache.
+const (
+	// CacheAuto is close-to-open: the guest keeps file data while a file
+	// is open and drops it when the file is opened again.
+	CacheAuto CachePolicy = iota
+	// CacheNever keeps no file data in the guest: direct I/O.
+	CacheNever
+	// CacheAlways keeps file data across opens, for a directory nothing
+	// else changes.
+	CacheAlways
+)
+
+// ShareCache is how the guest may cache a virtio-fs share.
+type ShareCache struct {
+	// EntryTimeout is how long the guest may keep a directory entry (a
+	// name's lookup, a failed one included) without asking the host.
+	EntryTimeout time.Duration
+	// AttrTimeout is how long it may keep a file's attributes.
+	AttrTimeout time.Duration
+	// Policy is how it may keep file data.
+	Policy CachePolicy
+}
+
+// Coherent is the cache of a share the host changes too: the guest asks the
+// host again at every access and keeps file data close-to-open, so it sees
+// each host change at its next access.
+var Coherent = ShareCache{Policy: CacheAuto}
 
 // Feature is a build-time feature of libkrun (krun_has_feature).
 type Feature uint64
@@ -260,6 +309,7 @@ type backend interface {
 	ctxStr(name string, ctx uint32, s string) int32
 	ctxStrStr(name string, ctx uint32, a, b string) int32
 	virtiofs3(ctx uint32, tag, path string, shmSize uint64, readOnly bool) int32
+	virtiofsCache(ctx uint32, tag string, entryMs, attrMs, policy uint32) int32
 	ctxStrs(name string, ctx uint32, arr []string) int32
 	exec(ctx uint32, path string, argv, envp []string) int32
 	vsockPort(name string, ctx, port uint32, path string, listen bool) int32
@@ -472,6 +522,41 @@ func (c *Context) AddVirtiofs(tag, hostPath string, readOnly bool) error {
 		return check(fn, c.lib.b.ctxStrStr(fn, c.id, tag, hostPath))
 	}
 	return check(fn, c.lib.b.virtiofs3(c.id, tag, hostPath, 0, readOnly))
+}
+
+// SetShareCache sets how the guest may cache the virtio-fs device tag,
+// added before (krun_set_virtiofs_cache, see [ShareCacheFunc]). Timeouts
+// are rounded down to milliseconds and must lie within 0 and 2^32-1 ms.
+func (c *Context) SetShareCache(tag string, sc ShareCache) error {
+	const fn = ShareCacheFunc
+	if err := c.lib.need(fn); err != nil {
+		return err
+	}
+	if err := checkTag(fn, tag); err != nil {
+		return err
+	}
+	entry, err := timeoutMs(fn, "entry", sc.EntryTimeout)
+	if err != nil {
+		return err
+	}
+	attr, err := timeoutMs(fn, "attribute", sc.AttrTimeout)
+	if err != nil {
+		return err
+	}
+	if sc.Policy > CacheAlways {
+		return &Error{Func: fn, Errno: syscall.EINVAL, Detail: fmt.Sprintf("unknown cache policy %d", sc.Policy)}
+	}
+	return check(fn, c.lib.b.virtiofsCache(c.id, tag, entry, attr, uint32(sc.Policy)))
+}
+
+// timeoutMs converts a share's cache timeout to the milliseconds libkrun
+// takes.
+func timeoutMs(fn, what string, d time.Duration) (uint32, error) {
+	ms := d.Milliseconds()
+	if ms < 0 || ms > math.MaxUint32 {
+		return 0, &Error{Func: fn, Errno: syscall.EINVAL, Detail: fmt.Sprintf("%s timeout %v out of range (0 to %d ms)", what, d, uint32(math.MaxUint32))}
+	}
+	return uint32(ms), nil
 }
 
 // AddOverlayDir adds an empty read-only virtual directory at path (relative

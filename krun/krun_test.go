@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
 )
@@ -97,6 +98,11 @@ type dump struct {
 		Tag      string `json:"tag"`
 		Path     string `json:"path"`
 		ReadOnly bool   `json:"read_only"`
+		Cache    *struct {
+			EntryMs uint32 `json:"entry_timeout_ms"`
+			AttrMs  uint32 `json:"attr_timeout_ms"`
+			Policy  uint32 `json:"policy"`
+		} `json:"cache"`
 	} `json:"shares"`
 	VsockPorts []struct {
 		Port   uint32 `json:"port"`
@@ -432,6 +438,71 @@ func TestOptionalSymbolsMissing(t *testing.T) {
 	// A read-write share falls back to krun_add_virtiofs.
 	if err := c.AddVirtiofs("rw", "/tmp", false); err != nil {
 		t.Errorf("read-write share on a pre-1.18 library: %v", err)
+	}
+}
+
+// SetShareCache reaches libkrun as given, for the share it names and no
+// other; what libkrun would refuse is refused.
+func TestShareCache(t *testing.T) {
+	lib := openDouble(t)
+	c, err := lib.NewContext()
+	must(t, err)
+	must(t, c.SetRoot(t.TempDir()))
+	must(t, c.AddVirtiofs("work", "/home/u/p", false))
+	must(t, c.AddVirtiofs("deps", "/home/u/.cache", true))
+	must(t, c.SetShareCache("deps", ShareCache{EntryTimeout: time.Hour, AttrTimeout: 1500 * time.Millisecond, Policy: CacheAlways}))
+	must(t, c.SetShareCache("work", ShareCache{EntryTimeout: time.Second, Policy: CacheNever}))
+	must(t, c.SetShareCache("work", Coherent)) // the last call wins
+	for _, tc := range []struct {
+		name string
+		tag  string
+		sc   ShareCache
+		want syscall.Errno
+	}{
+		{"unknown tag", "nope", Coherent, syscall.ENOENT},
+		{"empty tag", "", Coherent, syscall.EINVAL},
+		{"unknown policy", "work", ShareCache{Policy: CacheAlways + 1}, syscall.EINVAL},
+		{"negative timeout", "work", ShareCache{EntryTimeout: -time.Second}, syscall.EINVAL},
+		{"timeout past 2^32 ms", "work", ShareCache{AttrTimeout: 50 * 24 * time.Hour}, syscall.EINVAL},
+	} {
+		if err := c.SetShareCache(tc.tag, tc.sc); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// The double checks what libkrun checks, past the binding.
+	if r := c.lib.b.virtiofsCache(c.id, "work", 0, 0, 7); r != -int32(syscall.EINVAL) {
+		t.Errorf("policy 7 past the binding: %d, want -EINVAL", r)
+	}
+	d := freeAndDump(t, c)
+	if len(d.Shares) != 3 {
+		t.Fatalf("shares = %+v", d.Shares)
+	}
+	if d.Shares[0].Cache != nil {
+		t.Errorf("the root's cache was set: %+v", *d.Shares[0].Cache)
+	}
+	if w := d.Shares[1].Cache; w == nil || w.EntryMs != 0 || w.AttrMs != 0 || w.Policy != uint32(CacheAuto) {
+		t.Errorf("work's cache = %+v, want timeouts 0 and the auto policy", w)
+	}
+	if dp := d.Shares[2].Cache; dp == nil || dp.EntryMs != 3600000 || dp.AttrMs != 1500 || dp.Policy != uint32(CacheAlways) {
+		t.Errorf("deps's cache = %+v, want 3600000 ms, 1500 ms, always", dp)
+	}
+}
+
+// An upstream libkrun lacks krun_set_virtiofs_cache: the error says so and
+// where the function comes from.
+func TestShareCacheUnsupported(t *testing.T) {
+	lib, err := Open(testkrun.Build(t, "-DTESTKRUN_STOCK"))
+	must(t, err)
+	if lib.Has(ShareCacheFunc) {
+		t.Fatalf("the stock double exports %s", ShareCacheFunc)
+	}
+	c, err := lib.NewContext()
+	must(t, err)
+	defer c.Free()
+	must(t, c.AddVirtiofs("work", "/tmp", false))
+	var ue *UnsupportedError
+	if err := c.SetShareCache("work", Coherent); !errors.As(err, &ue) || ue.Func != ShareCacheFunc || !strings.Contains(err.Error(), "hack/libkrun") {
+		t.Errorf("SetShareCache on a stock libkrun: %v, want an UnsupportedError pointing at hack/libkrun", err)
 	}
 }
 

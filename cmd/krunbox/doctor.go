@@ -268,6 +268,13 @@ func doctorLibkrun(c *checkList, r *vmm.ProbeReport, err error) {
 			"install libkrun built with NET=1 (the release bundle's is), or use --net tsi or none (config network)")
 	}
 
+	if r.StaleShares != "" {
+		c.bad(false, "live workspace", errors.New(r.StaleShares),
+			"krunbox's libkrun adds "+krun.ShareCacheFunc+" to libkrun 1.19 (hack/libkrun): the release bundle and the pi package carry it; make libkrun builds it")
+	} else {
+		c.ok("live workspace", "the guest sees each host change to the workspace and -v mounts at its next access (%s)", krun.ShareCacheFunc)
+	}
+
 	switch {
 	case r.KrunfwErr == "":
 		from := krun.WhySystem

@@ -39,7 +39,7 @@ func TestDoctorAllGood(t *testing.T) {
 	if code != 0 || strings.Contains(out, "✗") {
 		t.Fatalf("doctor: code %d\n%s%s", code, out, errOut)
 	}
-	for _, want := range []string{"✓ platform", "✓ hypervisor", "✓ libkrun: ", "test double", "✓ libkrun context", "✓ state directory", "✓ guest agent", "✓ boot: a VM boots and answers in "} {
+	for _, want := range []string{"✓ platform", "✓ hypervisor", "✓ libkrun: ", "test double", "✓ live workspace: ", "✓ libkrun context", "✓ state directory", "✓ guest agent", "✓ boot: a VM boots and answers in "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}
@@ -65,6 +65,10 @@ func TestDoctorReportsProblemsWithFixes(t *testing.T) {
 			[]string{"✗ guest agent: KRUNBOX_AGENT"}, true},
 		{"unwritable state", map[string]string{"KRUNBOX_HOME": "/proc/krunbox"}, nil,
 			[]string{"✗ state directory", "fix: make /proc/krunbox/state writable"}, true},
+		// An upstream libkrun: VMs start, the workspace may be stale.
+		{"upstream libkrun", map[string]string{krun.LibraryEnv: testkrun.Build(t, "-DTESTKRUN_STOCK")}, []string{"--quick"},
+			[]string{"✗ live workspace: this libkrun (", "lacks krun_set_virtiofs_cache", "up to 5s stale", "(optional)",
+				"fix: krunbox's libkrun adds krun_set_virtiofs_cache"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,7 +31,12 @@ type inspectJSON struct {
 	// Isolation is the isolated checkout (--isolate), if any.
 	Isolation *hostapi.Isolation `json:"isolation,omitempty"`
 	Status    *hostapi.Status    `json:"status"`
-	Paths     inspectPathsJSON   `json:"paths"`
+	// StaleShares, when not empty, says that the guest may see host changes
+	// to the workspace and mounts (but :cached ones, which may always be
+	// stale) up to 5 s late with the libkrun the sandbox runs, or would
+	// start, with, and why.
+	StaleShares string           `json:"stale_shares,omitempty"`
+	Paths       inspectPathsJSON `json:"paths"`
 }
 
 type inspectPathsJSON struct {
@@ -91,9 +97,25 @@ func inspectSandbox(ctx context.Context, h *hostapi.Host, name string) (*inspect
 	}
 	return &inspectJSON{
 		Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Root: sb.Root(), Git: git, Status: st, Isolation: sb.Isolation(),
+		StaleShares: staleShares(ctx, h, sb, st),
 		Paths: inspectPathsJSON{
 			Dir: sb.Dir(), Socket: sb.SocketPath(), Console: sb.ConsolePath(),
 			RunnerLog: filepath.Join(sb.Dir(), vmm.LogFile),
 		},
 	}, nil
+}
+
+// staleShares says whether the sandbox's coherent shares may be stale in
+// the guest: from the library its VM loaded when it runs, else from the
+// library it would start with (a probe); "" when it has none, or when the
+// library does not load (start and doctor say why).
+func staleShares(ctx context.Context, h *hostapi.Host, sb *hostapi.Sandbox, st *hostapi.Status) string {
+	if !slices.ContainsFunc(sb.Mounts(), func(m hostapi.Mount) bool { return !m.Cached }) {
+		return ""
+	}
+	if st.Libkrun != nil {
+		return st.Libkrun.StaleShares
+	}
+	s, _ := h.StaleShares(ctx)
+	return s
 }

@@ -71,7 +71,7 @@ func createHint(err error, name string) error {
 	case errors.Is(err, hostapi.ErrExists):
 		return withHint(err, "choose another --name, or remove the sandbox with 'krunbox rm "+name+"'")
 	case errors.Is(err, hostapi.ErrInvalidMount) && !errors.As(err, new(hinter)):
-		return withHint(err, "-v takes HOST[:GUEST][:ro]: HOST an existing directory, GUEST an absolute path outside /proc, /sys, /dev and /.krunbox")
+		return withHint(err, "-v takes HOST[:GUEST][:ro] (or :cached, :ro,cached): HOST an existing directory, GUEST an absolute path outside /proc, /sys, /dev and /.krunbox")
 	}
 	return err
 }

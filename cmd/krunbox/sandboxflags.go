@@ -87,7 +87,7 @@ type configFlag struct {
 func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.name, "name", "", "name of the sandbox (default: generated)")
-	fl.StringArrayVarP(&f.mounts, "volume", "v", nil, "share a host directory: HOST[:GUEST][:ro] (GUEST defaults to the same path; -v . shares the current directory)")
+	fl.StringArrayVarP(&f.mounts, "volume", "v", nil, "share a host directory, live: HOST[:GUEST][:ro] or [:cached] or [:ro,cached] (GUEST defaults to the same path; -v . shares the current directory; cached: the guest may see host changes up to 5 s late, for a read-mostly cache)")
 	fl.StringVar(&f.workspace, "workspace", "", "share DIR at the same absolute path and make it the working directory (with the git directories a worktree needs)")
 	fl.BoolVar(&f.isolate, "isolate", false, "give the sandbox its own checkout of the workspace's HEAD (branch krunbox/NAME) instead of the workspace itself; see 'krunbox diff', 'export --to', 'land'")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory in the guest, absolute, made if missing (default: the workspace, else the image's)")

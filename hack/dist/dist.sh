@@ -78,6 +78,9 @@ libs() {
 	echo "libkrun $kver (from $krun), libkrunfw $fwver (from $krunfw, Linux ${linux:-unknown})"
 	LIBS_NOTE="libkrun $kver and libkrunfw $fwver (its guest kernel: Linux ${linux:-unknown})"
 	LIBKRUN_VERSION=$kver LIBKRUNFW_VERSION=$fwver LINUX_VERSION=${linux:-unknown}
+	# krunbox's libkrun (make libkrun) carries hack/libkrun's changes: the notice says so
+	LIBKRUN_PATCHED=
+	if grep -qa krun_set_virtiofs_cache "$krun"; then LIBKRUN_PATCHED=1; fi
 }
 
 # notices DIR: the licences and the source notice of the bundled libraries.
@@ -86,12 +89,18 @@ notices() {
 	mkdir -p "$d/licenses"
 	cp "$HERE"/licenses/*.txt "$d/licenses/"
 	local fwtag=v$LIBKRUNFW_VERSION linux=$LINUX_VERSION
+	local ksrc="https://github.com/containers/libkrun, tag v$LIBKRUN_VERSION"
+	if [ -n "$LIBKRUN_PATCHED" ]; then
+		mkdir -p "$d/libkrun-patches"
+		cp "$ROOT"/hack/libkrun/*.patch "$d/libkrun-patches/"
+		ksrc="$ksrc, with krunbox's changes in \`libkrun-patches/\` (\`patch -p1\`; they add \`krun_set_virtiofs_cache\`)"
+	fi
 	cat >"$d/SOURCES.md" <<EOF
 # The libraries bundled with krunbox, their licences and their source
 
 | file | what | licence | source |
 |---|---|---|---|
-| \`lib/krunbox/libkrun.so.1\` | libkrun $LIBKRUN_VERSION, the virtual machine monitor | Apache-2.0 (\`licenses/libkrun-Apache-2.0.txt\`) | https://github.com/containers/libkrun, tag v$LIBKRUN_VERSION |
+| \`lib/krunbox/libkrun.so.1\` | libkrun $LIBKRUN_VERSION, the virtual machine monitor | Apache-2.0 (\`licenses/libkrun-Apache-2.0.txt\`) | $ksrc |
 | \`lib/krunbox/libkrunfw.so.5\` | libkrunfw $LIBKRUNFW_VERSION, the guest kernel as a library | LGPL-2.1 (\`licenses/libkrunfw-LGPL-2.1.txt\`) | https://github.com/containers/libkrunfw, tag $fwtag |
 | the kernel inside libkrunfw | Linux $linux | GPL-2.0 (\`licenses/linux-GPL-2.0.txt\`) | see below |
 

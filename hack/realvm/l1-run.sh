@@ -148,7 +148,8 @@ sampler="$sampler $!"
 case $KIND in
 e2e)
 	export KRUNBOX_BIN=$P/krunbox KRUNBOX_E2E_IMAGE=oci:$P/busybox:latest KRUNBOX_E2E_LIBKRUN=real \
-		KRUNBOX_E2E_CPUS=1 KRUNBOX_E2E_NETPROBE=$P/netprobe KRUNBOX_E2E_KEEP_LOGS=$O/logs/sandboxes
+		KRUNBOX_E2E_CPUS=1 KRUNBOX_E2E_NETPROBE=$P/netprobe KRUNBOX_E2E_KEEP_LOGS=$O/logs/sandboxes \
+		KRUNBOX_E2E_COHERENT=${COHERENT:-}
 	# a doctor of this L1, for the log
 	KRUNBOX_HOME=/tmp/doctor $P/krunbox doctor >$O/logs/doctor.log 2>&1
 	for t in $TESTS; do gotest e2e.test "$t"; done

@@ -255,7 +255,11 @@ void tk_dump(const struct tk_ctx *c, const char *event)
 		json_str(f, c->shares[i].tag);
 		fputs(",\"path\":", f);
 		json_str(f, c->shares[i].path);
-		fprintf(f, ",\"read_only\":%s}", c->shares[i].read_only ? "true" : "false");
+		fprintf(f, ",\"read_only\":%s", c->shares[i].read_only ? "true" : "false");
+		if (c->shares[i].cache_set)
+			fprintf(f, ",\"cache\":{\"entry_timeout_ms\":%" PRIu32 ",\"attr_timeout_ms\":%" PRIu32 ",\"policy\":%" PRIu32 "}",
+				c->shares[i].entry_timeout_ms, c->shares[i].attr_timeout_ms, c->shares[i].cache_policy);
+		fputc('}', f);
 	}
 	fputs("],\"vsock_ports\":[", f);
 	for (size_t i = 0; i < c->nvports; i++) {
@@ -487,6 +491,34 @@ KRUN_EXPORT int32_t krun_fs_add_overlay_file(uint32_t ctx_id, const char *fs_tag
 KRUN_EXPORT int32_t krun_fs_add_overlay_dir(uint32_t ctx_id, const char *fs_tag, const char *path, uint32_t mode)
 {
 	return add_overlay(ctx_id, fs_tag, path, (struct tk_overlay){.mode = mode, .dir = true});
+}
+#endif
+
+#if !defined(TESTKRUN_LEGACY) && !defined(TESTKRUN_STOCK)
+/* krunbox's libkrun (hack/libkrun), in no upstream release yet: how the guest
+ * may cache a share. TESTKRUN_STOCK builds the double without it, standing
+ * for an upstream libkrun 1.19. The same checks as the patch's: a NULL or
+ * non-UTF-8 tag or a policy above KRUN_FS_CACHE_ALWAYS (2) -EINVAL, an
+ * unknown context or tag -ENOENT; the last call for a tag wins. */
+KRUN_EXPORT int32_t krun_set_virtiofs_cache(uint32_t ctx_id, const char *tag, uint32_t entry_timeout_ms, uint32_t attr_timeout_ms,
+					    uint32_t cache_policy)
+{
+	if (!tag || !valid_utf8(tag) || cache_policy > 2)
+		return -EINVAL;
+	WITH_CTX(ctx_id, c, {
+		struct tk_share *s = NULL;
+		for (size_t i = 0; i < c->nshares && !s; i++) /* the first, as libkrun */
+			if (strcmp(c->shares[i].tag, tag) == 0)
+				s = &c->shares[i];
+		if (!s) {
+			ret_ = -ENOENT;
+		} else {
+			s->cache_set = true;
+			s->entry_timeout_ms = entry_timeout_ms;
+			s->attr_timeout_ms = attr_timeout_ms;
+			s->cache_policy = cache_policy;
+		}
+	});
 }
 #endif
 

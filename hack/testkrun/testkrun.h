@@ -23,6 +23,10 @@ struct tk_share {
 	char *tag;
 	char *path; /* NULL: virtual-only (NullFs) */
 	bool read_only;
+	/* krun_set_virtiofs_cache: recorded only (the double has no guest
+	 * cache to apply it to; see hack/README.md). */
+	bool cache_set;
+	uint32_t entry_timeout_ms, attr_timeout_ms, cache_policy;
 };
 
 struct tk_vport {

@@ -206,6 +206,14 @@ func configure(lib *krun.Library, spec *Spec) (*krun.Context, []*os.File, *os.Fi
 				if err := ctx.AddVirtiofs(sh.Tag, sharePath(dir, sh.HostPath), sh.ReadOnly); err != nil {
 					return fmt.Errorf("share %s: %w", sh.Tag, err)
 				}
+				// Without the function the share keeps libkrun's caching:
+				// the runner records that (LibkrunInfo.StaleShares), and
+				// whoever starts the VM says so.
+				if !sh.Cached && lib.Has(krun.ShareCacheFunc) {
+					if err := ctx.SetShareCache(sh.Tag, krun.Coherent); err != nil {
+						return fmt.Errorf("share %s: %w", sh.Tag, err)
+					}
+				}
 			}
 			return nil
 		},
@@ -404,7 +412,20 @@ func raiseNofile() error {
 }
 
 func libkrunInfo(lib *krun.Library) *LibkrunInfo {
-	return &LibkrunInfo{Library: lib.Path(), Why: lib.Why(), Krunfw: lib.Krunfw()}
+	return &LibkrunInfo{Library: lib.Path(), Why: lib.Why(), Krunfw: lib.Krunfw(), StaleShares: StaleShares(lib)}
+}
+
+// StaleShares says, for a library that cannot make shares coherent (it
+// lacks krun.ShareCacheFunc, as every upstream libkrun release does), what
+// that means for the user; "" for a library that can.
+func StaleShares(lib *krun.Library) string {
+	if lib.Has(krun.ShareCacheFunc) {
+		return ""
+	}
+	return fmt.Sprintf("this libkrun (%s) lacks %s, so the guest may see the workspace and -v mounts up to %v stale: "+
+		"a file the host replaces (an editor's save) reads as its old content that long, and an edit in the guest meanwhile "+
+		"overwrites the host's change; use the libkrun krunbox ships (the release bundle's, or make libkrun)",
+		lib.Path(), krun.ShareCacheFunc, krun.DefaultShareTimeout)
 }
 
 // maxSocketPath is the longest unix socket path every platform accepts
@@ -427,6 +448,9 @@ type ProbeReport struct {
 	Features map[string]bool `json:"features,omitempty"`
 	// Missing lists the optional functions the library lacks.
 	Missing []string `json:"missing,omitempty"`
+	// StaleShares, when not empty, says that the library cannot make
+	// shares coherent and what that means ([StaleShares]).
+	StaleShares string `json:"stale_shares,omitempty"`
 	// Krunfw is the libkrunfw file and Version its version; KrunfwErr
 	// says why it could not be loaded.
 	Krunfw        string `json:"krunfw,omitempty"`
@@ -478,6 +502,7 @@ func probeMain(path string) int {
 				r.Missing = append(r.Missing, fn)
 			}
 		}
+		r.StaleShares = StaleShares(lib)
 		if err := probeContext(lib); err != nil {
 			r.ContextErr = err.Error()
 		}

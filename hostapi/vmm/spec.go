@@ -137,6 +137,12 @@ type Share struct {
 	HostPath string `json:"host_path"`
 	// ReadOnly makes the share read-only (libkrun 1.18 or later).
 	ReadOnly bool `json:"read_only,omitempty"`
+	// Cached keeps libkrun's default caching of the share (entries and
+	// attributes for krun.DefaultShareTimeout): faster metadata, but the
+	// guest may see a host change that late. Otherwise the share is
+	// coherent (krun.Coherent): the guest sees each host change at its next
+	// access, where the library can do it (krun.ShareCacheFunc).
+	Cached bool `json:"cached,omitempty"`
 }
 
 // Protect is a host path, a directory or a regular file within a share,

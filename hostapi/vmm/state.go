@@ -81,6 +81,9 @@ type LibkrunInfo struct {
 	// Krunfw is the libkrunfw file loaded from beside libkrun; empty when
 	// libkrun loads libkrunfw by name, from the system.
 	Krunfw string `json:"krunfw,omitempty"`
+	// StaleShares, when not empty, says that this libkrun cannot make the
+	// shares coherent, and what that means ([StaleShares]).
+	StaleShares string `json:"stale_shares,omitempty"`
 }
 
 // ExitStatus is how a VM ended.
