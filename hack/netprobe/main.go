@@ -18,8 +18,14 @@
 //	                          5 s) and holds them all open until every one
 //	                          is tried; prints the number opened and the
 //	                          number refused (the limits' soak)
+//	netprobe flood-file PATH N  appends N bytes of lines to PATH (the
+//	                          console: /proc/1/fd/1)
 //	netprobe flood-udp ADDR N  one datagram to ADDR from each of N source
 //	                          ports (N flows); prints the number sent
+//
+// The flood modes run at the lowest CPU priority: a VM bounds its guest's
+// CPU, and on the test double, where the guest's processes are the host's,
+// this stands for that bound.
 //
 // It is built static and copied into the guest by the benchmark.
 package main
@@ -34,6 +40,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -115,12 +122,31 @@ func run(args []string) error {
 		}
 		fmt.Println(rcode, n)
 		return nil
+	case len(args) == 3 && args[0] == "flood-file":
+		n, err := strconv.Atoi(args[2])
+		if err != nil || n < 0 {
+			return fmt.Errorf("flood-file: bad size %q", args[2])
+		}
+		lowPriority()
+		f, err := os.OpenFile(args[1], os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return err
+		}
+		line := []byte("the guest floods this file with this line\n")
+		for left := n; left > 0; left -= len(line) {
+			if _, err := f.Write(line[:min(left, len(line))]); err != nil {
+				f.Close()
+				return err
+			}
+		}
+		return f.Close()
 	case len(args) == 4 && args[0] == "flood-tcp":
 		n, err1 := strconv.Atoi(args[2])
 		size, err2 := strconv.Atoi(args[3])
 		if err1 != nil || err2 != nil || n < 1 || size < 0 {
 			return fmt.Errorf("flood-tcp: bad count %q or size %q", args[2], args[3])
 		}
+		lowPriority()
 		opened, refused := floodTCP(args[1], n, size)
 		fmt.Println(opened, refused)
 		return nil
@@ -129,6 +155,7 @@ func run(args []string) error {
 		if err != nil || n < 1 || n > 60000 {
 			return fmt.Errorf("flood-udp: bad count %q", args[2])
 		}
+		lowPriority()
 		sent := 0
 		for range n {
 			c, err := net.Dial("udp", args[1]) // a new source port: a new flow
@@ -143,7 +170,7 @@ func run(args []string) error {
 		fmt.Println(sent)
 		return nil
 	}
-	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe flood-tcp ADDR N BYTES | netprobe flood-udp ADDR N | netprobe get URL [NAME:VALUE...] | netprobe fetch URL [NAME:VALUE...] | netprobe hello ADDR NAME | netprobe dns NAME TYPE")
+	return fmt.Errorf("usage: netprobe connect ADDR N | netprobe flood-tcp ADDR N BYTES | netprobe flood-udp ADDR N | netprobe flood-file PATH N | netprobe get URL [NAME:VALUE...] | netprobe fetch URL [NAME:VALUE...] | netprobe hello ADDR NAME | netprobe dns NAME TYPE")
 }
 
 // ask sends one question of type typ (its name: A, AAAA, TXT, ...) about
@@ -264,3 +291,7 @@ func floodTCP(addr string, n, size int) (opened, refused int) {
 	}
 	return opened, refused
 }
+
+// lowPriority lowers this process's CPU priority to the lowest, where it
+// can (see the flood modes).
+func lowPriority() { syscall.Setpriority(syscall.PRIO_PROCESS, 0, 19) }
