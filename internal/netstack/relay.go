@@ -78,12 +78,14 @@ func setBuffers(ep tcpip.Endpoint, n int64) {
 	ep.SocketOptions().SetSendBufferSize(n, true)
 }
 
+// Read reads what the guest sent, counting it for the way in.
 func (g *guestConn) Read(p []byte) (int, error) {
 	n, err := g.Conn.Read(p)
 	g.carried(&g.in, n, func(size int64) { g.ep.SocketOptions().SetReceiveBufferSize(size, true) })
 	return n, err
 }
 
+// Write sends to the guest, counting it for the way out.
 func (g *guestConn) Write(p []byte) (int, error) {
 	n, err := g.Conn.Write(p)
 	g.carried(&g.out, n, func(size int64) { g.ep.SocketOptions().SetSendBufferSize(size, true) })

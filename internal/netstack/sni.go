@@ -59,9 +59,4 @@ type replayConn struct {
 func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // CloseWrite passes a half-close on.
-func (c *replayConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return c.Conn.Close()
-}
+func (c *replayConn) CloseWrite() error { return closeWrite(c.Conn) }
