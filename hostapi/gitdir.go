@@ -52,7 +52,7 @@ func gitDirsOutside(workspace string) ([]string, error) {
 	if gitdir, err = resolveFrom(workspace, gitdir); err != nil {
 		return nil, fmt.Errorf("git directory of %s: %w", workspace, err)
 	}
-	if within(workspace, gitdir) {
+	if confine.Within(workspace, gitdir) {
 		return nil, nil
 	}
 	back, err := leadsBack(gitdir, workspace)
@@ -79,7 +79,7 @@ func gitDirsOutside(workspace string) ([]string, error) {
 	}
 	var out []string
 	for _, d := range dedupeWithin(dirs) {
-		if !within(workspace, d) {
+		if !confine.Within(workspace, d) {
 			out = append(out, d)
 		}
 	}

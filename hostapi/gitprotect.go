@@ -64,7 +64,7 @@ type gitPlanner struct {
 // share returns the read-write share holding path, or "".
 func (p *gitPlanner) share(path string) string {
 	for _, sh := range p.shares {
-		if within(sh, path) {
+		if confine.Within(sh, path) {
 			return sh
 		}
 	}
@@ -89,7 +89,7 @@ func (p *gitPlanner) add(path string, writable bool) error {
 // dir, if it is one.
 func (p *gitPlanner) checkout(dir string) error {
 	dotgit := filepath.Join(dir, ".git")
-	fi, err := lstatNoSymlinks(dotgit)
+	fi, err := confine.LstatNoSymlinks(dotgit)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
@@ -165,7 +165,7 @@ func (p *gitPlanner) gitDir(g, checkout string, worktreeOnly bool) error {
 	if p.dirs++; p.dirs > maxGitDirs {
 		return fmt.Errorf("more than %d git directories to protect", maxGitDirs)
 	}
-	root, err := openRootNoSymlinks(g)
+	root, err := confine.OpenRootNoSymlinks(g)
 	if err != nil {
 		return &gitProtectError{fmt.Errorf("git directory %s: %w", g, err)}
 	}
@@ -276,7 +276,7 @@ func (p *gitPlanner) namedPath(path string, dir bool) error {
 	if err != nil {
 		return err
 	}
-	root, err := openRootNoSymlinks(sh)
+	root, err := confine.OpenRootNoSymlinks(sh)
 	if err != nil {
 		return err
 	}
@@ -345,7 +345,7 @@ func (p *gitPlanner) modules(root *os.Root, g, dir string, depth int) error {
 		// must not point it elsewhere.
 		if checkout != "" {
 			dotgit := filepath.Join(filepath.Clean(checkout), ".git")
-			fi, err := lstatNoSymlinks(dotgit)
+			fi, err := confine.LstatNoSymlinks(dotgit)
 			switch {
 			case err == nil && fi.Mode().IsRegular():
 				if err := p.add(dotgit, false); err != nil {
@@ -366,27 +366,6 @@ func createEmpty(root *os.Root, name string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// openRootNoSymlinks opens dir as an os.Root, refusing a symlink in any of
-// its components.
-func openRootNoSymlinks(dir string) (*os.Root, error) {
-	f, err := confine.OpenDirNoSymlinks(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, err
-	}
-	a, err1 := f.Stat()
-	b, err2 := root.Stat(".")
-	if err1 != nil || err2 != nil || !os.SameFile(a, b) {
-		root.Close()
-		return nil, fmt.Errorf("%s changed while being opened", dir)
-	}
-	return root, nil
 }
 
 // expandHome makes a path from a git config absolute: "~/" is the home

@@ -120,7 +120,7 @@ func (s *Sandbox) protectGit(spec *vmm.Spec) error {
 		st.Paths = paths
 		for _, m := range s.ownMounts() {
 			p := filepath.Join(m.HostPath, ".git")
-			if _, err := lstatNoSymlinks(p); !m.ReadOnly && errors.Is(err, fs.ErrNotExist) {
+			if _, err := confine.LstatNoSymlinks(p); !m.ReadOnly && errors.Is(err, fs.ErrNotExist) {
 				st.Absent = append(st.Absent, p)
 			}
 		}
@@ -168,7 +168,7 @@ func (s *Sandbox) GitProtection() (*GitProtection, error) {
 func appeared(absent []string) []string {
 	var out []string
 	for _, p := range absent {
-		_, err := lstatNoSymlinks(p)
+		_, err := confine.LstatNoSymlinks(p)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR) {
 			continue
 		}
@@ -238,7 +238,7 @@ func (e *GitChangedError) Hint() string {
 func fingerprint(paths []vmm.Protect) (map[string]string, error) {
 	fp := &fingerprinter{out: map[string]string{}}
 	for _, p := range paths {
-		fi, err := lstatNoSymlinks(p.Path)
+		fi, err := confine.LstatNoSymlinks(p.Path)
 		if err != nil {
 			// Missing, or reached through a symlink: a change in itself.
 			fp.out[p.Path] = "unreachable"
@@ -253,17 +253,6 @@ func fingerprint(paths []vmm.Protect) (map[string]string, error) {
 		}
 	}
 	return fp.out, nil
-}
-
-// lstatNoSymlinks is os.Lstat, but refusing a symlink in the directories
-// on the way (ELOOP).
-func lstatNoSymlinks(p string) (fs.FileInfo, error) {
-	root, err := openRootNoSymlinks(filepath.Dir(p))
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	return root.Lstat(filepath.Base(p))
 }
 
 type fingerprinter struct {
@@ -285,7 +274,7 @@ func (fp *fingerprinter) entry(path string, fi fs.FileInfo) error {
 		}
 		desc += " " + sum
 	case fi.Mode().Type() == fs.ModeSymlink:
-		root, err := openRootNoSymlinks(filepath.Dir(path))
+		root, err := confine.OpenRootNoSymlinks(filepath.Dir(path))
 		if err != nil {
 			return err
 		}
@@ -297,7 +286,7 @@ func (fp *fingerprinter) entry(path string, fi fs.FileInfo) error {
 		desc += " -> " + target
 	case fi.IsDir():
 		desc = fmt.Sprintf("%v", fi.Mode())
-		root, err := openRootNoSymlinks(path)
+		root, err := confine.OpenRootNoSymlinks(path)
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/confine"
 	"github.com/krunbox/krunbox/internal/secrets"
 	"github.com/krunbox/krunbox/oci"
 )
@@ -315,7 +316,7 @@ func sandboxMounts(cfg *Config) ([]Mount, error) {
 		for _, d := range gitDirs {
 			covered := slices.ContainsFunc(cfg.Mounts, func(m Mount) bool {
 				p, err := filepath.Abs(m.HostPath)
-				return err == nil && within(p, d)
+				return err == nil && confine.Within(p, d)
 			})
 			if !covered {
 				mounts = append(mounts, Mount{HostPath: d, GuestPath: d})

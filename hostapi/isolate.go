@@ -87,7 +87,7 @@ func (s *Sandbox) Isolation() *Isolation {
 // symlink on the way.
 func userRepo(project string) (gitDir, common string, err error) {
 	dotgit := filepath.Join(project, ".git")
-	fi, err := lstatNoSymlinks(dotgit)
+	fi, err := confine.LstatNoSymlinks(dotgit)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", "", fmt.Errorf("%s is not the top of a git checkout (no .git): an isolated workspace is a checkout of its HEAD", project)
@@ -476,7 +476,7 @@ func isolatedSandboxMounts(cfg *Config) ([]Mount, error) {
 	}
 	for _, m := range mounts {
 		for _, g := range []string{abs, filepath.Dir(isolatedBaseGuest)} {
-			if within(m.GuestPath, g) || within(g, m.GuestPath) {
+			if confine.Within(m.GuestPath, g) || confine.Within(g, m.GuestPath) {
 				return nil, fmt.Errorf("%w: %s overlaps in the guest, at %s, with the isolated checkout at %s", ErrInvalidMount, m.HostPath, m.GuestPath, g)
 			}
 		}

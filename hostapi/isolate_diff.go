@@ -16,6 +16,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/utils/diff"
 	"github.com/sergi/go-diff/diffmatchpatch"
+
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 // Change is a file of an isolated checkout that differs from its base
@@ -99,7 +101,7 @@ func (s *Sandbox) projectPaths(paths []string) ([]string, error) {
 	for _, p := range paths {
 		q := p
 		if path.IsAbs(q) {
-			if !within(s.rec.Config.Workspace, path.Clean(q)) && !within(s.rec.Isolate.Project, path.Clean(q)) {
+			if !confine.Within(s.rec.Config.Workspace, path.Clean(q)) && !confine.Within(s.rec.Isolate.Project, path.Clean(q)) {
 				return nil, fmt.Errorf("%s is outside the project %s", p, s.rec.Config.Workspace)
 			}
 			q = strings.TrimPrefix(strings.TrimPrefix(path.Clean(q), s.rec.Config.Workspace), s.rec.Isolate.Project)

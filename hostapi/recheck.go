@@ -41,7 +41,7 @@ func (s *Sandbox) checkMounts() error {
 		return &shareChangedError{name: s.name, err: fmt.Errorf("%w: workspace %s: %w", ErrInvalidMount, ws, err)}
 	}
 	for _, d := range dirs {
-		if !slices.ContainsFunc(s.rec.Mounts, func(m Mount) bool { return within(m.HostPath, d) }) {
+		if !slices.ContainsFunc(s.rec.Mounts, func(m Mount) bool { return confine.Within(m.HostPath, d) }) {
 			return &shareChangedError{name: s.name, err: fmt.Errorf("%w: the .git file of workspace %s now names %s, which was not shared when the sandbox was created: not sharing it", ErrInvalidMount, ws, d)}
 		}
 	}
