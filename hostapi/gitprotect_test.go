@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/testutil/gitattack"
+	"github.com/krunbox/krunbox/internal/testutil/gittest"
 )
 
 // makeTree writes files (path: content; a path ending in "/" is a
@@ -210,34 +210,8 @@ func TestPlanGit(t *testing.T) {
 	}
 }
 
-// gitRepo makes a git repository with one commit and returns its
-// directory, skipping the test without git.
-func gitRepo(t *testing.T) string {
-	t.Helper()
-	git, err := exec.LookPath("git")
-	if err != nil {
-		t.Skip("needs git")
-	}
-	ws, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "f"}, {"commit", "-q", "-m", "one"}} {
-		if args[0] == "add" {
-			os.WriteFile(filepath.Join(ws, "f"), []byte("x\n"), 0o644)
-		}
-		cmd := exec.Command(git, args...)
-		cmd.Dir = ws
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+ws, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	return ws
-}
-
 func TestGitReadOnlyInTheGuest(t *testing.T) {
-	ws := gitRepo(t)
+	ws := gittest.Repo(t)
 	h, ref := testHost(t)
 	before := gitattack.Files(t, ws)
 	sb := started(t, h, Config{Image: ref, Workspace: ws})
@@ -298,7 +272,7 @@ func TestGitAppearing(t *testing.T) {
 }
 
 func TestGitWritable(t *testing.T) {
-	ws := gitRepo(t)
+	ws := gittest.Repo(t)
 	h, ref := testHost(t)
 	sb := started(t, h, Config{Image: ref, Workspace: ws, GitWritable: true})
 	if gp, err := sb.GitProtection(); err != nil || gp.Mode != GitOff || len(gp.Paths) != 0 {
@@ -316,7 +290,7 @@ func TestGitWritable(t *testing.T) {
 // hooks and config; what it changed is found at stop and at every start,
 // and refused until accepted.
 func TestGitFingerprintFallback(t *testing.T) {
-	ws := gitRepo(t)
+	ws := gittest.Repo(t)
 	h, ref := testHost(t)
 	h.protectsPaths = func(vmm.Root) bool { return false }
 	sb := started(t, h, Config{Image: ref, Workspace: ws})
@@ -357,24 +331,13 @@ func TestGitFingerprintFallback(t *testing.T) {
 	sb.Stop(context.Background())
 }
 
-// gitCmd runs git in dir, failing the test on error.
-func gitCmd(t *testing.T, dir string, args ...string) {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-}
-
 // A worktree's workspace shares its repository's git directory: its
 // hooks and config are read-only there too, the .git file cannot be
 // pointed elsewhere, and what git writes for the worktree still works.
 func TestGitWorktreeReadOnly(t *testing.T) {
-	repo := gitRepo(t)
+	repo := gittest.Repo(t)
 	wt := filepath.Join(filepath.Dir(repo), filepath.Base(repo)+"-wt")
-	gitCmd(t, repo, "worktree", "add", "-q", wt)
+	gittest.Run(t, repo, "worktree", "add", "-q", wt)
 	t.Cleanup(func() { os.RemoveAll(wt) })
 	common := filepath.Join(repo, ".git")
 	before := gitattack.Files(t, repo)
@@ -403,9 +366,9 @@ echo blob > `+common+`/objects/new && echo object-written`)
 // workspace's own, and its checkout's .git file cannot be pointed
 // elsewhere.
 func TestGitSubmoduleReadOnly(t *testing.T) {
-	sub := gitRepo(t)
-	ws := gitRepo(t)
-	gitCmd(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", sub, "lib")
+	sub := gittest.Repo(t)
+	ws := gittest.Repo(t)
+	gittest.Run(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", sub, "lib")
 	mod := filepath.Join(ws, ".git/modules/lib")
 	config, _ := os.ReadFile(filepath.Join(mod, "config"))
 	libGit, _ := os.ReadFile(filepath.Join(ws, "lib/.git"))

@@ -18,6 +18,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
+
+	"github.com/krunbox/krunbox/internal/testutil/gittest"
 )
 
 // Bounds of the work a command may do on a hostile isolated checkout
@@ -90,7 +92,7 @@ func writeIndexV4(t *testing.T, p string, n, step int, blob plumbing.Hash) {
 // bytes an entry names 200 MB of paths: krunbox workspaces (Changes) and
 // diff refuse it while it is decoded, at once, having allocated little.
 func TestIsolatedHostileIndex(t *testing.T) {
-	repo, _ := hostileRepo(t)
+	repo, _ := gittest.Hostile(t)
 	h, ref := testHost(t)
 	sb := createIsolated(t, h, ref, repo, "index4")
 	p := filepath.Join(sb.Isolation().Checkout, ".git/index")
@@ -151,7 +153,7 @@ func commitTree(t *testing.T, sb *Sandbox, tree plumbing.Hash) {
 // once, nothing written into the user's repository: a path is at most
 // GitLimits.PathBytes, through at most GitLimits.TreeDepth directories.
 func TestIsolatedHostileTrees(t *testing.T) {
-	repo, _ := hostileRepo(t)
+	repo, _ := gittest.Hostile(t)
 	h, ref := testHost(t)
 	for _, tt := range []struct {
 		name  string
@@ -195,7 +197,7 @@ func TestIsolatedHostileTrees(t *testing.T) {
 // taken from the object), would make diff read 300 MiB: it is refused
 // before any is read, its sizes over GitLimits.DiffBytes.
 func TestIsolatedHostileBlob(t *testing.T) {
-	repo, _ := hostileRepo(t)
+	repo, _ := gittest.Hostile(t)
 	h, ref := testHost(t)
 	sb := createIsolated(t, h, ref, repo, "blob")
 	co := sb.Isolation().Checkout
@@ -238,7 +240,7 @@ func TestIsolatedHostileBlob(t *testing.T) {
 // try each pattern on each file, 50 ms a file: it stops at
 // GitLimits.IgnoreMatches.
 func TestIsolatedHostileIgnore(t *testing.T) {
-	repo, _ := hostileRepo(t)
+	repo, _ := gittest.Hostile(t)
 	h, ref := testHost(t)
 	sb := createIsolated(t, h, ref, repo, "ignore")
 	co := sb.Isolation().Checkout
@@ -265,7 +267,7 @@ func TestIsolatedHostileIgnore(t *testing.T) {
 // of the checkout read and hash them all, each whole in memory: it
 // hashes as it reads, and stops at GitLimits.HashBytes.
 func TestIsolatedHostileSparse(t *testing.T) {
-	repo, _ := hostileRepo(t)
+	repo, _ := gittest.Hostile(t)
 	h, ref := testHost(t)
 	sb := createIsolated(t, h, ref, repo, "sparse")
 	for i := range 5 {

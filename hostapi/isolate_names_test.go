@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+
+	"github.com/krunbox/krunbox/internal/testutil/gittest"
 )
 
 // Every name git refuses to check out with core.protectNTFS and
@@ -164,7 +166,7 @@ func gitVerifyPath(t *testing.T) func(name string, mode filemode.FileMode) bool 
 // any form a file system reads as .git, .gitmodules a symlink), with
 // --squash or not, nothing written into the user's repository.
 func TestIsolatedLandRefusesGitNames(t *testing.T) {
-	repo, _ := hostileRepo(t)
+	repo, _ := gittest.Hostile(t)
 	h, ref := testHost(t)
 	for i, p := range []string{
 		".GIT/hooks/post-checkout",

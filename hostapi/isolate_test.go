@@ -17,61 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krunbox/krunbox/internal/testutil/gittest"
 	"github.com/krunbox/krunbox/internal/testutil/poll"
 )
-
-// hostileRepo makes a git repository whose config, hooks and attributes
-// would write the file marker if the host's git ran them: a hook for
-// every event that reads or checks out, core.fsmonitor, a filter driver
-// named by the commit's .gitattributes, an alternate of no objects. It
-// has one commit (f, .gitattributes, a symlink), an untracked .env and
-// an ignored file, and returns its directory and the marker's path.
-func hostileRepo(t *testing.T) (repo, marker string) {
-	t.Helper()
-	repo = gitRepo(t)
-	marker = filepath.Join(t.TempDir(), "pwned")
-	evil := "touch " + marker
-	for name, data := range map[string]string{
-		".gitattributes": "* filter=evil\n",
-		".gitignore":     "ignored\n",
-		"dir/g":          "g\n",
-	} {
-		os.MkdirAll(filepath.Dir(filepath.Join(repo, name)), 0o755)
-		os.WriteFile(filepath.Join(repo, name), []byte(data), 0o644)
-	}
-	os.Symlink("/etc/passwd", filepath.Join(repo, "link"))
-	gitCmd(t, repo, "add", "-A")
-	gitCmd(t, repo, "commit", "-q", "-m", "two")
-	for _, h := range []string{"post-checkout", "post-index-change", "pre-commit", "post-commit", "reference-transaction", "fsmonitor-watchman"} {
-		os.WriteFile(filepath.Join(repo, ".git/hooks", h), []byte("#!/bin/sh\n"+evil+"\n"), 0o755)
-	}
-	cfg := "[core]\n\tfsmonitor = \"" + evil + "\"\n\thooksPath = hooks\n[filter \"evil\"]\n\tclean = " + evil + "\n\tsmudge = " + evil + "\n\tprocess = " + evil + "\n\trequired = true\n[uploadpack]\n\tpackObjectsHook = " + evil + "\n"
-	f, err := os.OpenFile(filepath.Join(repo, ".git/config"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString(cfg)
-	f.Close()
-	os.WriteFile(filepath.Join(repo, ".env"), []byte("SECRET=1\n"), 0o600)
-	os.WriteFile(filepath.Join(repo, "ignored"), []byte("i\n"), 0o644)
-	return repo, marker
-}
-
-// safeGit are the options with which tests run git in a hostileRepo.
-var safeGit = []string{"-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "filter.evil.process=", "-c", "filter.evil.clean=", "-c", "filter.evil.smudge=", "-c", "filter.evil.required=false"}
-
-// gitOut runs git in dir with the user's configuration ignored.
-func gitOut(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append(safeGit, args...)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
 
 // The checkout is made by the host's git or by go-git (where the host has
 // no git), alike; nothing of the user's repository runs.
@@ -86,9 +34,9 @@ func TestIsolatedCheckout(t *testing.T) {
 }
 
 func testIsolatedCheckout(t *testing.T) {
-	repo, marker := hostileRepo(t)
+	repo, marker := gittest.Hostile(t)
 	h, ref := testHost(t)
-	head := gitOut(t, repo, "rev-parse", "HEAD")
+	head := gittest.Out(t, repo, "rev-parse", "HEAD")
 	sb := createIsolated(t, h, ref, repo, "iso")
 	iso := sb.Isolation()
 	if iso == nil || iso.Base != head || iso.Branch != "krunbox/iso" || iso.Project != repo {
@@ -129,7 +77,7 @@ func testIsolatedCheckout(t *testing.T) {
 // objects its alternates name; what it writes stays in the checkout,
 // across a stop and a start.
 func TestIsolatedGuest(t *testing.T) {
-	repo, _ := hostileRepo(t)
+	repo, _ := gittest.Hostile(t)
 	h, ref := testHost(t)
 	sb := started(t, h, Config{Image: ref, Workspace: repo, Isolate: true})
 	iso := sb.Isolation()
@@ -172,7 +120,7 @@ func createIsolated(t *testing.T, h *Host, ref, repo, name string) *Sandbox {
 }
 
 func TestIsolatedDiff(t *testing.T) {
-	repo, marker := hostileRepo(t)
+	repo, marker := gittest.Hostile(t)
 	h, ref := testHost(t)
 	sb := createIsolated(t, h, ref, repo, "d")
 	co := sb.Isolation().Checkout
@@ -223,7 +171,7 @@ func TestIsolatedDiff(t *testing.T) {
 // the base objects where the host has them), for tests.
 func sandboxGit(t *testing.T, sb *Sandbox, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", append(safeGit, args...)...)
+	cmd := exec.Command("git", append(gittest.Safe, args...)...)
 	cmd.Dir = sb.Isolation().Checkout
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+cmd.Dir, "GIT_AUTHOR_NAME=g", "GIT_AUTHOR_EMAIL=g@g", "GIT_COMMITTER_NAME=g", "GIT_COMMITTER_EMAIL=g@g",
 		"GIT_ALTERNATE_OBJECT_DIRECTORIES="+sb.path(isolatedBase))
@@ -251,16 +199,16 @@ func commitBlob(t *testing.T, sb *Sandbox, name, content string) string {
 func userState(t *testing.T, repo string) string {
 	t.Helper()
 	var refs []string
-	for _, l := range strings.Split(gitOut(t, repo, "for-each-ref"), "\n") {
+	for _, l := range strings.Split(gittest.Out(t, repo, "for-each-ref"), "\n") {
 		if !strings.Contains(l, "refs/heads/krunbox/") {
 			refs = append(refs, l)
 		}
 	}
-	return strings.Join(refs, "\n") + "\n" + gitOut(t, repo, "rev-parse", "HEAD") + "\n" + gitOut(t, repo, "status", "--porcelain", "--ignored")
+	return strings.Join(refs, "\n") + "\n" + gittest.Out(t, repo, "rev-parse", "HEAD") + "\n" + gittest.Out(t, repo, "status", "--porcelain", "--ignored")
 }
 
 func TestIsolatedLand(t *testing.T) {
-	repo, marker := hostileRepo(t)
+	repo, marker := gittest.Hostile(t)
 	h, ref := testHost(t)
 	before := userState(t, repo)
 	for _, squash := range []bool{false, true} {
@@ -297,19 +245,19 @@ func TestIsolatedLand(t *testing.T) {
 				t.Errorf("Land = %+v", l)
 			}
 			br := "krunbox/" + name
-			if got := gitOut(t, repo, "rev-parse", br); got != l.Commit {
+			if got := gittest.Out(t, repo, "rev-parse", br); got != l.Commit {
 				t.Errorf("branch %s = %s, want %s", br, got, l.Commit)
 			}
-			if got := gitOut(t, repo, "show", br+":f"); got != "uncommitted" {
+			if got := gittest.Out(t, repo, "show", br+":f"); got != "uncommitted" {
 				t.Errorf("f on %s = %q", br, got)
 			}
-			if got := gitOut(t, repo, "ls-tree", br, "sub/deep/n"); !strings.HasPrefix(got, "100755 blob") {
+			if got := gittest.Out(t, repo, "ls-tree", br, "sub/deep/n"); !strings.HasPrefix(got, "100755 blob") {
 				t.Errorf("sub/deep/n on %s: %q", br, got)
 			}
-			if got := gitOut(t, repo, "rev-list", "--count", "HEAD.."+br); got != fmt.Sprint(wantCommits) {
+			if got := gittest.Out(t, repo, "rev-list", "--count", "HEAD.."+br); got != fmt.Sprint(wantCommits) {
 				t.Errorf("commits on %s: %s, want %d", br, got, wantCommits)
 			}
-			gitOut(t, repo, "fsck", "--strict", "--no-dangling")
+			gittest.Out(t, repo, "fsck", "--strict", "--no-dangling")
 			if after := userState(t, repo); after != before {
 				t.Errorf("the user's repository changed beyond the branch:\n%s\nthen\n%s", before, after)
 			}
@@ -362,11 +310,11 @@ func looseObject(t *testing.T, sb *Sandbox, name, header string, content []byte)
 // What the guest can do to its repository makes Diff and Land refuse,
 // with the user's repository unchanged and nothing run on the host.
 func TestIsolatedHostileRepository(t *testing.T) {
-	repo, marker := hostileRepo(t)
+	repo, marker := gittest.Hostile(t)
 	h, ref := testHost(t)
-	other := gitRepo(t) // a repository of the host's the guest must not reach
+	other := gittest.Repo(t) // a repository of the host's the guest must not reach
 	os.WriteFile(filepath.Join(other, "secret"), []byte("the host's secret\n"), 0o644)
-	otherBlob := gitOut(t, other, "hash-object", "-w", "secret")
+	otherBlob := gittest.Out(t, other, "hash-object", "-w", "secret")
 	tests := []struct {
 		name    string
 		attack  func(t *testing.T, sb *Sandbox)
@@ -501,8 +449,8 @@ func mustHex(t *testing.T, s string) []byte {
 // case variant of .git) is refused with a clear error, by the host's git
 // and by go-git alike, and nothing is written outside the sandbox.
 func TestIsolatedCheckoutRefusesBadTree(t *testing.T) {
-	repo := gitRepo(t)
-	blob := gitOut(t, repo, "hash-object", "-w", "f")
+	repo := gittest.Repo(t)
+	blob := gittest.Out(t, repo, "hash-object", "-w", "f")
 	var b bytes.Buffer
 	b.WriteString("100644 .GIT\x00")
 	b.Write(mustHex(t, blob))
@@ -512,8 +460,8 @@ func TestIsolatedCheckoutRefusesBadTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := gitOut(t, repo, "commit-tree", "-m", "evil", strings.TrimSpace(string(tree)))
-	gitOut(t, repo, "update-ref", "refs/heads/main", c)
+	c := gittest.Out(t, repo, "commit-tree", "-m", "evil", strings.TrimSpace(string(tree)))
+	gittest.Out(t, repo, "update-ref", "refs/heads/main", c)
 	h, ref := testHost(t)
 	for _, git := range []string{"git", ""} {
 		t.Run("git="+git, func(t *testing.T) {
@@ -534,7 +482,7 @@ func TestIsolatedCheckoutRefusesBadTree(t *testing.T) {
 // and Land take the link, never what it points to; Export copies neither
 // it nor anything through it.
 func TestIsolatedSymlinks(t *testing.T) {
-	repo, _ := hostileRepo(t)
+	repo, _ := gittest.Hostile(t)
 	h, ref := testHost(t)
 	sb := createIsolated(t, h, ref, repo, "links")
 	co := sb.Isolation().Checkout
@@ -554,10 +502,10 @@ func TestIsolatedSymlinks(t *testing.T) {
 	if _, err := sb.Land(t.Context(), LandOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := gitOut(t, repo, "cat-file", "-p", "krunbox/links:passwd"); got != "/etc/passwd" {
+	if got := gittest.Out(t, repo, "cat-file", "-p", "krunbox/links:passwd"); got != "/etc/passwd" {
 		t.Errorf("passwd on the branch: %q, want the link's target", got)
 	}
-	if got := gitOut(t, repo, "ls-tree", "krunbox/links", "dir"); !strings.HasPrefix(got, "120000 blob") {
+	if got := gittest.Out(t, repo, "ls-tree", "krunbox/links", "dir"); !strings.HasPrefix(got, "120000 blob") {
 		t.Errorf("dir on the branch: %q, want a symlink", got)
 	}
 	dst := filepath.Join(t.TempDir(), "out")
@@ -575,18 +523,18 @@ func TestIsolatedSymlinks(t *testing.T) {
 // A worktree of a repository is isolated from its own HEAD, and lands in
 // its repository.
 func TestIsolatedFromAWorktree(t *testing.T) {
-	repo := gitRepo(t)
+	repo := gittest.Repo(t)
 	wt := filepath.Join(t.TempDir(), "wt")
-	gitOut(t, repo, "worktree", "add", "-q", "-b", "side", wt)
+	gittest.Out(t, repo, "worktree", "add", "-q", "-b", "side", wt)
 	os.WriteFile(filepath.Join(wt, "f"), []byte("side\n"), 0o644)
-	gitOut(t, wt, "commit", "-qam", "side")
+	gittest.Out(t, wt, "commit", "-qam", "side")
 	h, ref := testHost(t)
 	for _, git := range []string{"git", ""} {
 		t.Run("git="+git, func(t *testing.T) {
 			defer func(g string) { gitBinary = g }(gitBinary)
 			gitBinary = git
 			sb := createIsolated(t, h, ref, wt, "wt"+git)
-			if sb.Isolation().Base != gitOut(t, wt, "rev-parse", "HEAD") {
+			if sb.Isolation().Base != gittest.Out(t, wt, "rev-parse", "HEAD") {
 				t.Errorf("base %s, want the worktree's HEAD", sb.Isolation().Base)
 			}
 			co := sb.Isolation().Checkout
@@ -597,7 +545,7 @@ func TestIsolatedFromAWorktree(t *testing.T) {
 			if _, err := sb.Land(t.Context(), LandOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if got := gitOut(t, repo, "show", "krunbox/wt"+git+":g"); got != "g" {
+			if got := gittest.Out(t, repo, "show", "krunbox/wt"+git+":g"); got != "g" {
 				t.Errorf("g on the branch, from the main checkout: %q", got)
 			}
 		})
