@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/krunbox/krunbox/hostapi/internal/gitconf"
 	"github.com/krunbox/krunbox/internal/confine"
 )
 
@@ -45,11 +46,11 @@ func gitDirsOutside(workspace string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the .git file: %w", err)
 	}
-	gitdir, err := gitdirLine(dotgit, b)
+	gitdir, err := gitconf.GitdirLine(dotgit, b)
 	if err != nil {
 		return nil, err
 	}
-	if gitdir, err = resolveFrom(workspace, gitdir); err != nil {
+	if gitdir, err = gitconf.Resolve(workspace, gitdir); err != nil {
 		return nil, fmt.Errorf("git directory of %s: %w", workspace, err)
 	}
 	if confine.Within(workspace, gitdir) {
@@ -66,7 +67,7 @@ func gitDirsOutside(workspace string) ([]string, error) {
 	b, err = confine.ReadFileNoSymlinks(filepath.Join(gitdir, "commondir"), confine.DefaultMaxRead)
 	switch {
 	case err == nil:
-		common, err := resolveFrom(gitdir, strings.TrimSpace(string(b)))
+		common, err := gitconf.Resolve(gitdir, strings.TrimSpace(string(b)))
 		if err != nil {
 			return nil, fmt.Errorf("git common directory of %s: %w", workspace, err)
 		}
@@ -106,7 +107,7 @@ func (e *gitDirError) Hint() string {
 func leadsBack(gitdir, workspace string) (bool, error) {
 	b, err := confine.ReadFileNoSymlinks(filepath.Join(gitdir, "gitdir"), confine.DefaultMaxRead)
 	if err == nil {
-		back, err := resolveFrom(gitdir, strings.TrimSpace(string(b)))
+		back, err := gitconf.Resolve(gitdir, strings.TrimSpace(string(b)))
 		return err == nil && back == filepath.Join(workspace, ".git"), nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
@@ -116,7 +117,7 @@ func leadsBack(gitdir, workspace string) (bool, error) {
 	if err != nil || wt == "" {
 		return false, err
 	}
-	back, err := resolveFrom(gitdir, wt)
+	back, err := gitconf.Resolve(gitdir, wt)
 	return err == nil && back == workspace, nil
 }
 
@@ -146,30 +147,9 @@ func coreWorktree(config string) (string, error) {
 	return "", nil
 }
 
-// resolveFrom resolves p, relative to dir when not absolute, to an
-// absolute path with symlinks resolved.
-func resolveFrom(dir, p string) (string, error) {
-	if p == "" {
-		return "", fmt.Errorf("empty path")
-	}
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(dir, p)
-	}
-	return filepath.EvalSymlinks(p)
-}
-
 // isFile reports whether p, with no symlink on the way, is a regular file
 // of at most confine.DefaultMaxRead bytes.
 func isFile(p string) bool {
 	_, err := confine.ReadFileNoSymlinks(p, confine.DefaultMaxRead)
 	return err == nil
-}
-
-// gitdirLine returns the path of the "gitdir: PATH" line of the .git file
-// at path, whose content is b.
-func gitdirLine(path string, b []byte) (string, error) {
-	if p, ok := parseGitdirFile(b); ok {
-		return p, nil
-	}
-	return "", fmt.Errorf("%s has no \"gitdir:\" line", path)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/krunbox/krunbox/hostapi/internal/gitconf"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/confine"
 )
@@ -109,7 +110,7 @@ func (p *gitPlanner) checkout(dir string) error {
 	if err != nil {
 		return &gitProtectError{fmt.Errorf("read %s: %w", dotgit, err)}
 	}
-	gitdir, ok := parseGitdirFile(b)
+	gitdir, ok := gitconf.Gitdir(b)
 	if !ok {
 		return nil // not a .git file git reads: git ignores it
 	}
@@ -173,7 +174,7 @@ func (p *gitPlanner) gitDir(g, checkout string, worktreeOnly bool) error {
 	if err := p.add(g, true); err != nil {
 		return err
 	}
-	var entries []gitConfigEntry
+	var entries []gitconf.Entry
 	worktreeConfig := false
 	if !worktreeOnly {
 		if err := confine.MkdirAll(root, "hooks", 0o755, false); err != nil {
@@ -186,16 +187,16 @@ func (p *gitPlanner) gitDir(g, checkout string, worktreeOnly bool) error {
 		if err != nil {
 			return err
 		}
-		entries = parseGitConfig(b)
-		for _, v := range gitConfigValues(entries, "extensions", "", "worktreeconfig") {
-			worktreeConfig = gitBool(v)
+		entries = gitconf.Parse(b)
+		for _, v := range gitconf.Values(entries, "extensions", "", "worktreeconfig") {
+			worktreeConfig = gitconf.Bool(v)
 		}
 	} else if b, err := confine.ReadFileNoSymlinks(filepath.Join(g, "commondir"), confine.DefaultMaxRead); err == nil {
 		// Whether the common directory asks for config.worktree.
-		if common, err := resolveFrom(g, strings.TrimSpace(string(b))); err == nil {
+		if common, err := gitconf.Resolve(g, strings.TrimSpace(string(b))); err == nil {
 			if c, err := confine.ReadFileNoSymlinks(filepath.Join(common, "config"), confine.DefaultMaxRead); err == nil {
-				for _, v := range gitConfigValues(parseGitConfig(c), "extensions", "", "worktreeconfig") {
-					worktreeConfig = gitBool(v)
+				for _, v := range gitconf.Values(gitconf.Parse(c), "extensions", "", "worktreeconfig") {
+					worktreeConfig = gitconf.Bool(v)
 				}
 			}
 		}
@@ -204,7 +205,7 @@ func (p *gitPlanner) gitDir(g, checkout string, worktreeOnly bool) error {
 	if err != nil {
 		return err
 	}
-	entries = append(entries, parseGitConfig(b)...)
+	entries = append(entries, gitconf.Parse(b)...)
 	if err := p.named(entries, g, checkout); err != nil {
 		return err
 	}
@@ -236,13 +237,13 @@ func (p *gitPlanner) file(root *os.Root, g, name string, create bool) ([]byte, e
 // named protects what the config entries of git directory g name inside
 // a share: core.hooksPath directories (relative to the checkout) and
 // included files (relative to g); each is created empty when missing.
-func (p *gitPlanner) named(entries []gitConfigEntry, g, checkout string) error {
-	for _, v := range gitConfigValues(entries, "core", "", "hookspath") {
+func (p *gitPlanner) named(entries []gitconf.Entry, g, checkout string) error {
+	for _, v := range gitconf.Values(entries, "core", "", "hookspath") {
 		if err := p.namedPath(expandHome(v, checkout), true); err != nil {
 			return fmt.Errorf("core.hooksPath of %s: %w", g, err)
 		}
 	}
-	includes := append(gitConfigValues(entries, "include", "", "path"), gitConfigValues(entries, "includeif", "*", "path")...)
+	includes := append(gitconf.Values(entries, "include", "", "path"), gitconf.Values(entries, "includeif", "*", "path")...)
 	for _, v := range includes {
 		if err := p.namedPath(expandHome(v, g), false); err != nil {
 			return fmt.Errorf("included config of %s: %w", g, err)
@@ -334,7 +335,7 @@ func (p *gitPlanner) modules(root *os.Root, g, dir string, depth int) error {
 		mg := filepath.Join(g, name)
 		checkout := ""
 		if b, err := confine.ReadFile(root, filepath.Join(name, "config"), confine.DefaultMaxRead); err == nil {
-			if wt := gitConfigValues(parseGitConfig(b), "core", "", "worktree"); len(wt) > 0 {
+			if wt := gitconf.Values(gitconf.Parse(b), "core", "", "worktree"); len(wt) > 0 {
 				checkout = expandHome(wt[len(wt)-1], mg)
 			}
 		}
@@ -382,15 +383,6 @@ func expandHome(v, base string) string {
 	return filepath.Join(base, v)
 }
 
-// gitBool reads a git boolean.
-func gitBool(v string) bool {
-	switch strings.ToLower(v) {
-	case "true", "yes", "on", "1":
-		return true
-	}
-	return false
-}
-
 // notRegularHint says that a symlink (or FIFO...) is not followed.
 func notRegularHint(err error) error {
 	if errors.Is(err, confine.ErrNotRegular) || errors.Is(err, syscall.ELOOP) {
@@ -408,17 +400,4 @@ func (e *gitProtectError) Unwrap() error { return e.err }
 // Hint says what to do.
 func (e *gitProtectError) Hint() string {
 	return "replace what is there by a real git directory, .git file, hooks directory or config file (or remove it), or let the guest change git's hooks and config with --git-writable"
-}
-
-// parseGitdirFile returns the path of the "gitdir: PATH" line of a .git
-// file.
-func parseGitdirFile(b []byte) (string, bool) {
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "gitdir:"); ok {
-			if p := strings.TrimSpace(rest); p != "" {
-				return p, true
-			}
-		}
-	}
-	return "", false
 }

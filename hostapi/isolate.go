@@ -20,6 +20,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 	"golang.org/x/sys/unix"
 
+	"github.com/krunbox/krunbox/hostapi/internal/gitconf"
 	"github.com/krunbox/krunbox/hostapi/internal/gitfs"
 	"github.com/krunbox/krunbox/internal/confine"
 )
@@ -102,18 +103,18 @@ func userRepo(project string) (gitDir, common string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	g, err := gitdirLine(dotgit, b)
+	g, err := gitconf.GitdirLine(dotgit, b)
 	if err != nil {
 		return "", "", err
 	}
-	if gitDir, err = resolveFrom(project, g); err != nil {
+	if gitDir, err = gitconf.Resolve(project, g); err != nil {
 		return "", "", fmt.Errorf("git directory of %s: %w", project, err)
 	}
 	common = gitDir
 	b, err = confine.ReadFileNoSymlinks(filepath.Join(gitDir, "commondir"), confine.DefaultMaxRead)
 	switch {
 	case err == nil:
-		if common, err = resolveFrom(gitDir, strings.TrimSpace(string(b))); err != nil {
+		if common, err = gitconf.Resolve(gitDir, strings.TrimSpace(string(b))); err != nil {
 			return "", "", fmt.Errorf("git common directory of %s: %w", project, err)
 		}
 	case !errors.Is(err, fs.ErrNotExist):
@@ -172,13 +173,13 @@ func checkObjectFormat(common string) error {
 		}
 		return err
 	}
-	entries := parseGitConfig(b)
-	for _, v := range gitConfigValues(entries, "extensions", "", "objectformat") {
+	entries := gitconf.Parse(b)
+	for _, v := range gitconf.Values(entries, "extensions", "", "objectformat") {
 		if !strings.EqualFold(v, "sha1") {
 			return fmt.Errorf("repository %s uses %s objects: isolated workspaces support SHA-1 repositories only", common, v)
 		}
 	}
-	for _, v := range gitConfigValues(entries, "extensions", "", "refstorage") {
+	for _, v := range gitconf.Values(entries, "extensions", "", "refstorage") {
 		if !strings.EqualFold(v, "files") {
 			return fmt.Errorf("repository %s keeps its refs in %s: isolated workspaces support the files backend only", common, v)
 		}
