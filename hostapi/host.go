@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/krunbox/krunbox/hostapi/internal/gitprotect"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/confine"
 	"github.com/krunbox/krunbox/internal/secrets"
@@ -309,7 +310,7 @@ func sandboxMounts(cfg *Config) ([]Mount, error) {
 			return nil, fmt.Errorf("workspace: %w", err)
 		}
 		mounts = append(mounts, ws)
-		gitDirs, err := gitDirsOutside(ws.HostPath)
+		gitDirs, err := gitprotect.DirsOutside(ws.HostPath)
 		if err != nil {
 			return nil, fmt.Errorf("workspace: %w", err)
 		}

@@ -286,16 +286,3 @@ func resolveOwn(p string) (string, []string) {
 // mountTag is the virtio-fs tag of the i-th mount: short, since libkrun
 // allows at most 36 bytes.
 func mountTag(i int) string { return fmt.Sprintf("kb%d", i) }
-
-// dedupeWithin drops the paths that lie within another path of the list.
-func dedupeWithin(paths []string) []string {
-	slices.Sort(paths)
-	paths = slices.Compact(paths)
-	var out []string
-	for _, p := range paths {
-		if len(out) == 0 || !confine.Within(out[len(out)-1], p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/krunbox/krunbox/hostapi/internal/gitprotect"
 	"github.com/krunbox/krunbox/internal/confine"
 )
 
@@ -36,7 +37,7 @@ func (s *Sandbox) checkMounts() error {
 		return nil
 	}
 	ws := s.rec.Mounts[0].HostPath // sandboxMounts puts the workspace first
-	dirs, err := gitDirsOutside(ws)
+	dirs, err := gitprotect.DirsOutside(ws)
 	if err != nil {
 		return &shareChangedError{name: s.name, err: fmt.Errorf("%w: workspace %s: %w", ErrInvalidMount, ws, err)}
 	}

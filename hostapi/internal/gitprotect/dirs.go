@@ -1,4 +1,4 @@
-package hostapi
+package gitprotect
 
 import (
 	"bufio"
@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/krunbox/krunbox/hostapi/internal/gitconf"
 	"github.com/krunbox/krunbox/internal/confine"
 )
 
-// gitDirsOutside returns the git directories that a checkout at workspace
+// DirsOutside returns the git directories that a checkout at workspace
 // needs but that lie outside it: the worktree's own git directory and the
 // repository's common directory for a "git worktree", or the module
 // directory for a submodule. It returns nothing for an ordinary checkout
@@ -32,7 +33,7 @@ import (
 // read with a bound (confine.DefaultMaxRead), with no symlink on the way
 // to the directories resolved, and one that is not a regular file (a
 // FIFO, a device) is refused without blocking.
-func gitDirsOutside(workspace string) ([]string, error) {
+func DirsOutside(workspace string) ([]string, error) {
 	ws, err := confine.OpenRootNoSymlinks(workspace)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
@@ -61,7 +62,7 @@ func gitDirsOutside(workspace string) ([]string, error) {
 		return nil, fmt.Errorf("git directory %s of %s: %w", gitdir, workspace, err)
 	}
 	if !back {
-		return nil, &gitDirError{fmt.Errorf("%s names %s as its git directory, which does not belong to this checkout (nothing there leads back to it): not sharing it", dotgit, gitdir)}
+		return nil, &dirError{fmt.Errorf("%s names %s as its git directory, which does not belong to this checkout (nothing there leads back to it): not sharing it", dotgit, gitdir)}
 	}
 	dirs := []string{gitdir}
 	b, err = confine.ReadFileNoSymlinks(filepath.Join(gitdir, "commondir"), confine.DefaultMaxRead)
@@ -72,7 +73,7 @@ func gitDirsOutside(workspace string) ([]string, error) {
 			return nil, fmt.Errorf("git common directory of %s: %w", workspace, err)
 		}
 		if filepath.Dir(gitdir) != filepath.Join(common, "worktrees") || !isFile(filepath.Join(common, "HEAD")) {
-			return nil, &gitDirError{fmt.Errorf("git directory %s names %s as its common directory, which does not hold it as a worktree: not sharing it", gitdir, common)}
+			return nil, &dirError{fmt.Errorf("git directory %s names %s as its common directory, which does not hold it as a worktree: not sharing it", gitdir, common)}
 		}
 		dirs = append(dirs, common)
 	case !errors.Is(err, fs.ErrNotExist):
@@ -87,15 +88,15 @@ func gitDirsOutside(workspace string) ([]string, error) {
 	return out, nil
 }
 
-// gitDirError refuses a git directory that does not belong to the
+// dirError refuses a git directory that does not belong to the
 // workspace.
-type gitDirError struct{ err error }
+type dirError struct{ err error }
 
-func (e *gitDirError) Error() string { return e.err.Error() }
-func (e *gitDirError) Unwrap() error { return e.err }
+func (e *dirError) Error() string { return e.err.Error() }
+func (e *dirError) Unwrap() error { return e.err }
 
 // Hint says how to repair a worktree whose links are broken.
-func (e *gitDirError) Hint() string {
+func (e *dirError) Hint() string {
 	return "if this is your worktree, run 'git worktree repair' in it or in its main repository; otherwise remove the .git file"
 }
 
@@ -152,4 +153,17 @@ func coreWorktree(config string) (string, error) {
 func isFile(p string) bool {
 	_, err := confine.ReadFileNoSymlinks(p, confine.DefaultMaxRead)
 	return err == nil
+}
+
+// dedupeWithin drops the paths that lie within another path of the list.
+func dedupeWithin(paths []string) []string {
+	slices.Sort(paths)
+	paths = slices.Compact(paths)
+	var out []string
+	for _, p := range paths {
+		if len(out) == 0 || !confine.Within(out[len(out)-1], p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
