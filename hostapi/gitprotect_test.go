@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/krunbox/krunbox/hostapi/internal/gitprotect"
+	"github.com/krunbox/krunbox/hostapi/internal/isolate"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/testutil/gitattack"
 	"github.com/krunbox/krunbox/internal/testutil/gittest"
@@ -210,7 +211,7 @@ func TestGitShares(t *testing.T) {
 		rec  *record
 		want []string
 	}{
-		{"isolated", &record{Mounts: mounts, Isolate: &isolateRecord{}}, []string{"/ws", "/rw"}},
+		{"isolated", &record{Mounts: mounts, Isolate: &isolate.Record{}}, []string{"/ws", "/rw"}},
 		{"not isolated", &record{Mounts: mounts}, []string{"/state/workspace", "/ws", "/rw"}},
 	} {
 		sb := &Sandbox{rec: tt.rec}

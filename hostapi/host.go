@@ -16,6 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/krunbox/krunbox/hostapi/internal/gitprotect"
+	"github.com/krunbox/krunbox/hostapi/internal/isolate"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/confine"
 	"github.com/krunbox/krunbox/internal/secrets"
@@ -232,11 +233,11 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 		if err != nil {
 			return nil, fmt.Errorf("create sandbox: workspace: %w", err)
 		}
-		gitDir, common, err := userRepo(project)
+		gitDir, common, err := isolate.FindRepo(project)
 		if err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
-		rec.Isolate = &isolateRecord{Project: project, GitDir: gitDir, CommonDir: common}
+		rec.Isolate = &isolate.Record{Project: project, GitDir: gitDir, CommonDir: common}
 		prepare = prepareIsolated
 	}
 	sandboxes, err := filepath.EvalSymlinks(h.dirs.Sandboxes())

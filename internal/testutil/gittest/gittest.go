@@ -4,6 +4,8 @@
 package gittest
 
 import (
+	"bytes"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,4 +110,28 @@ func Hostile(t testing.TB) (repo, marker string) {
 	os.WriteFile(filepath.Join(repo, ".env"), []byte("SECRET=1\n"), 0o600)
 	os.WriteFile(filepath.Join(repo, "ignored"), []byte("i\n"), 0o644)
 	return repo, marker
+}
+
+// BadTree makes a repository (as Repo) whose HEAD's tree names .GIT, a
+// name git refuses to check out (a case variant of .git), and returns its
+// directory.
+func BadTree(t testing.TB) string {
+	t.Helper()
+	repo := Repo(t)
+	blob, err := hex.DecodeString(Out(t, repo, "hash-object", "-w", "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	b.WriteString("100644 .GIT\x00")
+	b.Write(blob)
+	cmd := exec.Command("git", "hash-object", "-w", "-t", "tree", "--literally", "--stdin")
+	cmd.Dir, cmd.Stdin = repo, &b
+	tree, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Out(t, repo, "commit-tree", "-m", "evil", strings.TrimSpace(string(tree)))
+	Out(t, repo, "update-ref", "refs/heads/main", c)
+	return repo
 }

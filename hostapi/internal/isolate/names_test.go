@@ -1,4 +1,4 @@
-package hostapi
+package isolate
 
 import (
 	"bytes"
@@ -165,9 +165,8 @@ func gitVerifyPath(t *testing.T) func(name string, mode filemode.FileMode) bool 
 // Land refuses a path of the checkout with a name git refuses (.git in
 // any form a file system reads as .git, .gitmodules a symlink), with
 // --squash or not, nothing written into the user's repository.
-func TestIsolatedLandRefusesGitNames(t *testing.T) {
+func TestLandRefusesGitNames(t *testing.T) {
 	repo, _ := gittest.Hostile(t)
-	h, ref := testHost(t)
 	for i, p := range []string{
 		".GIT/hooks/post-checkout",
 		".git. /config",
@@ -181,8 +180,8 @@ func TestIsolatedLandRefusesGitNames(t *testing.T) {
 		".. /x",
 	} {
 		t.Run(p, func(t *testing.T) {
-			sb := createIsolated(t, h, ref, repo, fmt.Sprintf("names%d", i))
-			co := sb.Isolation().Checkout
+			ck := newCheckout(t, repo, fmt.Sprintf("names%d", i))
+			co := ck.path(WorkspaceDir)
 			full := filepath.Join(co, strings.TrimSuffix(p, "@"))
 			os.MkdirAll(filepath.Dir(full), 0o755)
 			var err error
@@ -196,7 +195,7 @@ func TestIsolatedLandRefusesGitNames(t *testing.T) {
 			}
 			before, objs := userState(t, repo), objectFiles(t, repo)
 			for _, squash := range []bool{false, true} {
-				l, err := sb.Land(t.Context(), LandOptions{Squash: squash})
+				l, err := ck.Land(t.Context(), squash)
 				if err == nil || !strings.Contains(err.Error(), "refuses") {
 					t.Errorf("Land (squash %v) = %+v, %v; want a name git refuses", squash, l, err)
 				}
@@ -207,8 +206,8 @@ func TestIsolatedLandRefusesGitNames(t *testing.T) {
 			if after := objectFiles(t, repo); !slices.Equal(after, objs) {
 				t.Errorf("objects were written into the user's repository: %d files, then %d", len(objs), len(after))
 			}
-			if out, _ := exec.Command("git", "-C", repo, "rev-parse", "--verify", "-q", "krunbox/"+sb.Name()).Output(); len(out) > 0 {
-				t.Errorf("branch krunbox/%s made", sb.Name())
+			if out, _ := exec.Command("git", "-C", repo, "rev-parse", "--verify", "-q", "krunbox/"+ck.Name).Output(); len(out) > 0 {
+				t.Errorf("branch krunbox/%s made", ck.Name)
 			}
 		})
 	}
