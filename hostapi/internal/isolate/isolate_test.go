@@ -262,6 +262,33 @@ func objectFiles(t *testing.T, repo string) []string {
 	return out
 }
 
+// refused is what Land must leave of the user's repository when it
+// refuses: its state (userState) and the files of its object store.
+type refused struct {
+	state   string
+	objects []string
+}
+
+func snapshot(t *testing.T, repo string) refused {
+	t.Helper()
+	return refused{userState(t, repo), objectFiles(t, repo)}
+}
+
+// unchanged fails the test when the user's repository repo changed since
+// was, or holds branch.
+func (was refused) unchanged(t *testing.T, repo, branch string) {
+	t.Helper()
+	if after := userState(t, repo); after != was.state {
+		t.Errorf("the user's repository changed:\n%s\nthen\n%s", was.state, after)
+	}
+	if after := objectFiles(t, repo); !slices.Equal(after, was.objects) {
+		t.Errorf("objects were written into the user's repository: %d files, then %d", len(was.objects), len(after))
+	}
+	if out, _ := exec.Command("git", "-C", repo, "rev-parse", "--verify", "-q", branch).Output(); len(out) > 0 {
+		t.Errorf("branch %s made", branch)
+	}
+}
+
 // looseObject writes a loose object file for name, with the given
 // header and content, into the sandbox's repository.
 func looseObject(t *testing.T, ck *Checkout, name, header string, content []byte) {
@@ -378,7 +405,7 @@ func TestHostileRepository(t *testing.T) {
 			ck := newCheckout(t, repo, fmt.Sprintf("h%d", i))
 			os.WriteFile(filepath.Join(ck.path(WorkspaceDir), "work"), []byte("w\n"), 0o644)
 			tt.attack(t, ck)
-			before, objs := userState(t, repo), objectFiles(t, repo)
+			before := snapshot(t, repo)
 			err := ck.Diff(t.Context(), io.Discard, nil, false)
 			if (err != nil) != tt.diffErr {
 				t.Errorf("Diff: %v, want an error: %v", err, tt.diffErr)
@@ -390,15 +417,7 @@ func TestHostileRepository(t *testing.T) {
 			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
 				t.Errorf("Land = %+v, %v; want an error with %q", l, err, tt.wantErr)
 			case tt.wantErr != "":
-				if after := userState(t, repo); after != before {
-					t.Errorf("the user's repository changed:\n%s\nthen\n%s", before, after)
-				}
-				if after := objectFiles(t, repo); !slices.Equal(after, objs) {
-					t.Errorf("objects were written into the user's repository: %d files, then %d", len(objs), len(after))
-				}
-				if out, _ := exec.Command("git", "-C", repo, "rev-parse", "--verify", "-q", "krunbox/"+ck.Name).Output(); len(out) > 0 {
-					t.Errorf("branch krunbox/%s made", ck.Name)
-				}
+				before.unchanged(t, repo, ck.Record.Branch)
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Fatal("something the guest wrote ran on the host")

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -193,22 +192,14 @@ func TestLandRefusesGitNames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before, objs := userState(t, repo), objectFiles(t, repo)
+			before := snapshot(t, repo)
 			for _, squash := range []bool{false, true} {
 				l, err := ck.Land(t.Context(), squash)
 				if err == nil || !strings.Contains(err.Error(), "refuses") {
 					t.Errorf("Land (squash %v) = %+v, %v; want a name git refuses", squash, l, err)
 				}
 			}
-			if after := userState(t, repo); after != before {
-				t.Errorf("the user's repository changed:\n%s\nthen\n%s", before, after)
-			}
-			if after := objectFiles(t, repo); !slices.Equal(after, objs) {
-				t.Errorf("objects were written into the user's repository: %d files, then %d", len(objs), len(after))
-			}
-			if out, _ := exec.Command("git", "-C", repo, "rev-parse", "--verify", "-q", "krunbox/"+ck.Name).Output(); len(out) > 0 {
-				t.Errorf("branch krunbox/%s made", ck.Name)
-			}
+			before.unchanged(t, repo, ck.Record.Branch)
 		})
 	}
 }
