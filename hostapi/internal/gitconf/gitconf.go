@@ -119,6 +119,16 @@ func Values(entries []Entry, section, sub, key string) []string {
 	return out
 }
 
+// Last returns the last value of section.key, the one git takes of a
+// key that holds one value, and whether there is one.
+func Last(entries []Entry, section, sub, key string) (string, bool) {
+	v := Values(entries, section, sub, key)
+	if len(v) == 0 {
+		return "", false
+	}
+	return v[len(v)-1], true
+}
+
 // Bool reads a git boolean: true, yes, on or 1 in any case.
 func Bool(v string) bool {
 	switch strings.ToLower(v) {

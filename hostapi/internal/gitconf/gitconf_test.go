@@ -45,8 +45,15 @@ func TestParse(t *testing.T) {
 	if got := Values(entries, "includeif", "", "path"); len(got) != 0 {
 		t.Errorf("Values(includeif..path) = %q, want none: the subsection differs", got)
 	}
-	if got := Values(entries, "extensions", "", "worktreeconfig"); len(got) != 1 || !Bool(got[0]) {
-		t.Errorf("extensions.worktreeConfig = %q, want a true boolean", got)
+	if got, ok := Last(entries, "extensions", "", "worktreeconfig"); !ok || !Bool(got) {
+		t.Errorf("extensions.worktreeConfig = %q, %v; want a true boolean", got, ok)
+	}
+	two := Parse([]byte("[core]\n\tworktree = a\n[core]\n\tworktree = b\n"))
+	if got, ok := Last(two, "core", "", "worktree"); !ok || got != "b" {
+		t.Errorf("Last(core.worktree) of two = %q, %v; want the last, b", got, ok)
+	}
+	if got, ok := Last(two, "core", "", "bare"); ok {
+		t.Errorf("Last(core.bare) = %q, want none", got)
 	}
 }
 

@@ -1,8 +1,6 @@
 package gitprotect
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -122,8 +120,8 @@ func leadsBack(gitdir, workspace string) (bool, error) {
 	return err == nil && back == workspace, nil
 }
 
-// coreWorktree returns core.worktree from a git config file, or "" when
-// the file or the key is absent.
+// coreWorktree returns core.worktree from a git config file as git reads
+// it (its last value), or "" when the file or the key is absent.
 func coreWorktree(config string) (string, error) {
 	b, err := confine.ReadFileNoSymlinks(config, confine.DefaultMaxRead)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -132,20 +130,8 @@ func coreWorktree(config string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	inCore := false
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "[") {
-			inCore = strings.EqualFold(strings.Trim(line, "[] \t"), "core")
-			continue
-		}
-		key, value, ok := strings.Cut(line, "=")
-		if inCore && ok && strings.EqualFold(strings.TrimSpace(key), "worktree") {
-			return strings.Trim(strings.TrimSpace(value), `"`), nil
-		}
-	}
-	return "", nil
+	wt, _ := gitconf.Last(gitconf.Parse(b), "core", "", "worktree")
+	return wt, nil
 }
 
 // isFile reports whether p, with no symlink on the way, is a regular file

@@ -111,6 +111,45 @@ func TestDirsOutside(t *testing.T) {
 	})
 }
 
+// A git directory found through the workspace's .git file belongs to it
+// when its core.worktree names it as git reads that: the last value, with
+// a comment after it dropped.
+func TestDirsOutsideCoreWorktree(t *testing.T) {
+	tests := []struct {
+		name   string
+		config func(ws, other string) string
+		shared bool
+	}{
+		{"the last of two names this checkout", func(ws, other string) string {
+			return "[core]\n\tworktree = " + other + "\n\tworktree = " + ws + "\n"
+		}, true},
+		{"the last of two names another checkout", func(ws, other string) string {
+			return "[core]\n\tworktree = " + ws + "\n\tworktree = " + other + "\n"
+		}, false},
+		{"a comment after it", func(ws, other string) string {
+			return "[core]\n\tworktree = " + ws + " ; the submodule's checkout\n"
+		}, true},
+		{"in another section", func(ws, other string) string {
+			return "[core \"x\"]\n\tworktree = " + ws + "\n"
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, _ := filepath.EvalSymlinks(t.TempDir())
+			ws, other, mod := mkdir(t, filepath.Join(dir, "ws")), mkdir(t, filepath.Join(dir, "other")), mkdir(t, filepath.Join(dir, "mod"))
+			os.WriteFile(filepath.Join(mod, "config"), []byte(tt.config(ws, other)), 0o644)
+			os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: "+mod+"\n"), 0o644)
+			got, err := DirsOutside(ws)
+			switch {
+			case tt.shared && (err != nil || !slices.Equal(got, []string{mod})):
+				t.Errorf("DirsOutside = %v, %v; want %s shared", got, err, mod)
+			case !tt.shared && (err == nil || !strings.Contains(err.Error(), "not sharing it")):
+				t.Errorf("DirsOutside = %v, %v; want a refusal", got, err)
+			}
+		})
+	}
+}
+
 func TestDedupeWithin(t *testing.T) {
 	got := dedupeWithin([]string{"/a/b", "/a", "/c", "/a/b/c", "/c", "/ab"})
 	want := []string{"/a", "/ab", "/c"}

@@ -183,14 +183,14 @@ func (p *planner) gitDir(g, checkout string, worktreeOnly bool) error {
 			return err
 		}
 		entries = gitconf.Parse(b)
-		for _, v := range gitconf.Values(entries, "extensions", "", "worktreeconfig") {
+		if v, ok := gitconf.Last(entries, "extensions", "", "worktreeconfig"); ok {
 			worktreeConfig = gitconf.Bool(v)
 		}
 	} else if b, err := confine.ReadFileNoSymlinks(filepath.Join(g, "commondir"), confine.DefaultMaxRead); err == nil {
 		// Whether the common directory asks for config.worktree.
 		if common, err := gitconf.Resolve(g, strings.TrimSpace(string(b))); err == nil {
 			if c, err := confine.ReadFileNoSymlinks(filepath.Join(common, "config"), confine.DefaultMaxRead); err == nil {
-				for _, v := range gitconf.Values(gitconf.Parse(c), "extensions", "", "worktreeconfig") {
+				if v, ok := gitconf.Last(gitconf.Parse(c), "extensions", "", "worktreeconfig"); ok {
 					worktreeConfig = gitconf.Bool(v)
 				}
 			}
@@ -330,8 +330,8 @@ func (p *planner) modules(root *os.Root, g, dir string, depth int) error {
 		mg := filepath.Join(g, name)
 		checkout := ""
 		if b, err := confine.ReadFile(root, filepath.Join(name, "config"), confine.DefaultMaxRead); err == nil {
-			if wt := gitconf.Values(gitconf.Parse(b), "core", "", "worktree"); len(wt) > 0 {
-				checkout = expandHome(wt[len(wt)-1], mg)
+			if wt, ok := gitconf.Last(gitconf.Parse(b), "core", "", "worktree"); ok {
+				checkout = expandHome(wt, mg)
 			}
 		}
 		if err := p.gitDir(mg, checkout, false); err != nil {
