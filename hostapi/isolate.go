@@ -98,7 +98,8 @@ func (s *Sandbox) checkout() *isolate.Checkout {
 // Changes lists the files of the sandbox's isolated checkout that differ
 // from its base commit, committed in the sandbox or not (untracked files
 // that .gitignore does not ignore count), below paths (all when empty).
-// The checkout is read as openWork says: nothing the guest wrote runs.
+// Nothing in the checkout is run: every file is read below it with a
+// bound (GitLimits), and no symlink is followed.
 func (s *Sandbox) Changes(ctx context.Context, paths ...string) (_ []Change, err error) {
 	defer func() { err = isolateError(err) }()
 	c := s.checkout()
@@ -142,7 +143,7 @@ func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (er
 // The guest's repository is read as Diff reads it. Every object is
 // verified before any is written (its content hashes to its name; a
 // commit and a tree decode; a tree names no path git refuses, such as
-// .git or ..), at most maxLand bytes in all; a corrupt or oversized
+// .git or ..), at most 2 GiB in all; a corrupt or oversized
 // object leaves the user's repository as it was. A branch krunbox/NAME
 // that krunbox did not make, or that moved since, is refused.
 func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err error) {
@@ -179,7 +180,7 @@ func (s *Sandbox) Unlanded(ctx context.Context) (_ bool, err error) {
 // Export copies the files and directories paths (relative to the
 // project, or absolute below it) of the sandbox's isolated checkout, as
 // they are now, into the new directory dir, which must not exist. They
-// are read below the checkout, at most maxExport bytes in all, with no
+// are read below the checkout, at most 8 GiB in all, with no
 // symlink followed; a symlink is not copied (it is listed in the error)
 // and neither is anything but regular files and directories (nor the
 // checkout's .git).
@@ -224,7 +225,7 @@ type GitLimits struct {
 	IgnoreMatches int64
 	// HashBytes bounds the bytes of the files one walk of the checkout
 	// hashes (those not tracked, or changed since the index was
-	// written; each at most maxBlob): 512 MiB by default, a few seconds
+	// written; each at most 256 MiB): 512 MiB by default, a few seconds
 	// (go-git's SHA-1, which detects collisions, hashes 100 to 250 MB/s).
 	HashBytes int64
 	// DiffBytes bounds the bytes of the files one Diff reads, both sides
