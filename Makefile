@@ -264,7 +264,7 @@ bench-secrets:
 
 ## bench-isolate: an isolated checkout (10k files, 100 MB of history) against git worktree add and git clone --local; diff of 100 files against git diff (BENCHMARKS.md)
 bench-isolate:
-	$(GO) test -run '^$$' -bench 'Isolated' -benchtime 5x -timeout 30m ./hostapi/
+	$(GO) test -run '^$$' -bench 'Isolated' -benchtime 5x -timeout 30m ./hostapi/internal/isolate/
 
 ## bench-agent: the guest agent against os/exec and a bare socket pair (BENCHMARKS.md)
 bench-agent:

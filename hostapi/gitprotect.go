@@ -1,445 +1,152 @@
 package hostapi
 
 import (
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
-	"syscall"
 
+	"github.com/krunbox/krunbox/hostapi/internal/gitprotect"
 	"github.com/krunbox/krunbox/hostapi/vmm"
-	"github.com/krunbox/krunbox/internal/confine"
 )
 
-// Bounds of what planGit walks: git directories (submodules nest), and
-// protected paths in all.
+// GitProtectionMode says how a sandbox keeps the host's git from running
+// what the guest wrote.
+type GitProtectionMode string
+
+// Modes of git protection.
 const (
-	maxGitDirs       = 1024
-	maxGitProtected  = 4096
-	maxGitModuleTree = 16 // depth of directories under modules/
+	// GitMounts: hooks and config are read-only mounts in the guest's
+	// shares, made by the VM runner where the guest cannot undo them.
+	GitMounts GitProtectionMode = "read-only"
+	// GitFingerprint: the runner has no mount namespace (macOS, or Linux
+	// without user namespaces), so what the guest could change is
+	// fingerprinted at start and compared at stop and at each command.
+	GitFingerprint GitProtectionMode = "fingerprint"
+	// GitOff: Config.GitWritable; the guest may change them.
+	GitOff GitProtectionMode = "off"
 )
 
-// planGit returns what must be protected so that the host's git runs
-// nothing the guest wrote: in every git directory of the read-write
-// mounts' checkouts (the workspace's .git, a worktree's own git directory
-// and its repository's common directory, submodules' directories under
-// modules/), the hooks/ directory, config and config.worktree read-only,
-// the git directory itself pinned (so that it cannot be renamed away and
-// replaced), a checkout's .git file read-only, and the core.hooksPath
-// directories and included config files those configs name inside a
-// share. A missing hooks/ (and a missing file git would read) is created
-// empty first, else the guest could create it. The paths are sorted, so a
-// directory comes before what it holds. Nothing is followed through a
-// symlink: a hooks/, config or .git that is one is refused.
-//
-// It reads only what the host's git would read, bounded; paths outside the
-// read-write mounts are left alone (the guest cannot reach them).
-func planGit(mounts []Mount) ([]vmm.Protect, error) {
-	p := &gitPlanner{seen: map[string]bool{}}
-	for _, m := range mounts {
+// GitProtection says how a sandbox's git directories are protected, what
+// is, and what changed.
+type GitProtection struct {
+	// Mode is how; empty before the sandbox's first start.
+	Mode GitProtectionMode `json:"mode,omitempty"`
+	// Paths are the protected paths: read-only, or pinned (Writable: a
+	// git directory the guest may write but not rename or remove).
+	Paths []ProtectedPath `json:"paths,omitempty"`
+	// Changed lists, in GitFingerprint mode, the paths that differ from
+	// their fingerprint: what to review before accepting the changes.
+	Changed []string `json:"changed,omitempty"`
+	// Appeared lists the git directories that the guest made in a
+	// read-write share that had none at start (git init). Their hooks and
+	// config are the guest's until the next start protects them: review
+	// them before running git there on the host.
+	Appeared []string `json:"appeared,omitempty"`
+}
+
+// gitShares returns the host paths of the read-write shares in which the
+// host's git may run: the sandbox's own mounts. An isolated checkout is
+// the guest's own repository: the host's git never runs there, so its
+// config and hooks stay writable.
+func (s *Sandbox) gitShares() []string {
+	var out []string
+	for _, m := range s.ownMounts() {
 		if !m.ReadOnly {
-			p.shares = append(p.shares, m.HostPath)
+			out = append(out, m.HostPath)
 		}
 	}
-	for _, sh := range p.shares {
-		if err := p.checkout(sh); err != nil {
-			return nil, err
+	return out
+}
+
+// protectGit plans the protection of the sandbox's git directories for a
+// start with spec, puts the paths into spec where its runner can mount
+// them, and records the plan (and, where it cannot, the fingerprint).
+func (s *Sandbox) protectGit(spec *vmm.Spec) error {
+	if prev, err := gitprotect.ReadState(s.dir); err == nil && prev != nil {
+		if made := prev.Appeared(); len(made) > 0 {
+			s.host.log.Warn("the guest made these git directories during its last session, with hooks and config of its choosing; from this start on they are protected: review them before running git there", "sandbox", s.name, "paths", made)
 		}
 	}
-	slices.SortFunc(p.out, func(a, b vmm.Protect) int { return strings.Compare(a.Path, b.Path) })
-	return p.out, nil
-}
-
-type gitPlanner struct {
-	shares []string
-	seen   map[string]bool // git directories and paths done
-	dirs   int
-	out    []vmm.Protect
-}
-
-// share returns the read-write share holding path, or "".
-func (p *gitPlanner) share(path string) string {
-	for _, sh := range p.shares {
-		if within(sh, path) {
-			return sh
-		}
-	}
-	return ""
-}
-
-// add protects path, if a share holds it.
-func (p *gitPlanner) add(path string, writable bool) error {
-	sh := p.share(path)
-	if sh == "" || p.seen[path] || (writable && path == sh) {
-		return nil // out of reach, done, or a share's root: the guest cannot rename it
-	}
-	if len(p.out) >= maxGitProtected {
-		return fmt.Errorf("more than %d paths of git directories to protect", maxGitProtected)
-	}
-	p.seen[path] = true
-	p.out = append(p.out, vmm.Protect{Path: path, Writable: writable})
-	return nil
-}
-
-// checkout protects the git directories of the checkout (work tree) at
-// dir, if it is one.
-func (p *gitPlanner) checkout(dir string) error {
-	dotgit := filepath.Join(dir, ".git")
-	fi, err := lstatNoSymlinks(dotgit)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return err
-	case fi.IsDir():
-		return p.gitDir(dotgit, dir, false)
-	case fi.Mode().Type() == fs.ModeSymlink:
-		return &gitProtectError{fmt.Errorf("%s is a symlink: git would run the hooks and config of whatever it points to, which cannot be protected", dotgit)}
-	case !fi.Mode().IsRegular():
-		return &gitProtectError{fmt.Errorf("%s is %v, neither a git directory nor a .git file", dotgit, fi.Mode().Type())}
-	}
-	if err := p.add(dotgit, false); err != nil {
-		return err
-	}
-	b, err := confine.ReadFileNoSymlinks(dotgit, confine.DefaultMaxRead)
-	if err != nil {
-		return &gitProtectError{fmt.Errorf("read %s: %w", dotgit, err)}
-	}
-	gitdir, ok := parseGitdirFile(b)
-	if !ok {
-		return nil // not a .git file git reads: git ignores it
-	}
-	if gitdir, err = p.resolve(dir, gitdir); err != nil {
-		return err
-	}
-	if gitdir == "" {
-		return nil // points nowhere: git finds no repository
-	}
-	common := ""
-	if b, err := confine.ReadFileNoSymlinks(filepath.Join(gitdir, "commondir"), confine.DefaultMaxRead); err == nil {
-		if common, err = p.resolve(gitdir, strings.TrimSpace(string(b))); err != nil {
+	st := &gitprotect.State{Mode: gitprotect.ModeOff}
+	if !s.rec.Config.GitWritable {
+		var err error
+		if st, err = gitprotect.Protect(s.gitShares(), s.host.protectsPaths(spec.Root)); err != nil {
 			return err
 		}
+		if st.Mode == gitprotect.ModeMounts {
+			spec.Protect = st.Paths
+		}
 	}
-	if common == "" {
-		return p.gitDir(gitdir, dir, false) // a submodule's or a separate git directory
-	}
-	if err := p.gitDir(common, dir, false); err != nil {
-		return err
-	}
-	return p.gitDir(gitdir, dir, true)
+	return st.Write(s.dir)
 }
 
-// resolve resolves the path p that git follows (relative to dir when
-// not absolute) to what it names now, or "" when it names nothing. Inside
-// a share it may not go through a symlink: the guest could point that
-// elsewhere once the start has protected what it named.
-func (p *gitPlanner) resolve(dir, path string) (string, error) {
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(dir, path)
+// GitProtection says how the sandbox's git directories were protected at
+// its last start and, where they could not be made read-only, which
+// protected paths changed since; in any mode, which git directories the
+// guest made since in read-write shares that had none.
+func (s *Sandbox) GitProtection() (*GitProtection, error) {
+	st, err := gitprotect.ReadState(s.dir)
+	if err != nil || st == nil {
+		return &GitProtection{}, err
 	}
-	path = filepath.Clean(path)
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return "", nil
+	out := &GitProtection{Mode: GitProtectionMode(st.Mode)}
+	for _, p := range st.Paths {
+		out.Paths = append(out.Paths, ProtectedPath(p))
 	}
-	if real != path && p.share(path) != "" {
-		return "", &gitProtectError{fmt.Errorf("git follows %s, which goes through a symlink in a share: the guest could point it elsewhere", path)}
-	}
-	return real, nil
-}
-
-// gitDir protects the git directory g, whose checkout is at checkout:
-// only its config.worktree for a worktree's own directory (its hooks and
-// config are the common directory's), else its hooks/, config,
-// config.worktree and its submodules' directories.
-func (p *gitPlanner) gitDir(g, checkout string, worktreeOnly bool) error {
-	if p.share(g) == "" || p.seen[g+"/"] {
-		return nil
-	}
-	p.seen[g+"/"] = true
-	if p.dirs++; p.dirs > maxGitDirs {
-		return fmt.Errorf("more than %d git directories to protect", maxGitDirs)
-	}
-	root, err := openRootNoSymlinks(g)
-	if err != nil {
-		return &gitProtectError{fmt.Errorf("git directory %s: %w", g, err)}
-	}
-	defer root.Close()
-	if err := p.add(g, true); err != nil {
-		return err
-	}
-	var entries []gitConfigEntry
-	worktreeConfig := false
-	if !worktreeOnly {
-		if err := confine.MkdirAll(root, "hooks", 0o755, false); err != nil {
-			return &gitProtectError{fmt.Errorf("hooks of %s: %w", g, err)}
-		}
-		if err := p.add(filepath.Join(g, "hooks"), false); err != nil {
-			return err
-		}
-		b, err := p.file(root, g, "config", true)
-		if err != nil {
-			return err
-		}
-		entries = parseGitConfig(b)
-		for _, v := range gitConfigValues(entries, "extensions", "", "worktreeconfig") {
-			worktreeConfig = gitBool(v)
-		}
-	} else if b, err := confine.ReadFileNoSymlinks(filepath.Join(g, "commondir"), confine.DefaultMaxRead); err == nil {
-		// Whether the common directory asks for config.worktree.
-		if common, err := resolveFrom(g, strings.TrimSpace(string(b))); err == nil {
-			if c, err := confine.ReadFileNoSymlinks(filepath.Join(common, "config"), confine.DefaultMaxRead); err == nil {
-				for _, v := range gitConfigValues(parseGitConfig(c), "extensions", "", "worktreeconfig") {
-					worktreeConfig = gitBool(v)
-				}
-			}
-		}
-	}
-	b, err := p.file(root, g, "config.worktree", worktreeConfig)
-	if err != nil {
-		return err
-	}
-	entries = append(entries, parseGitConfig(b)...)
-	if err := p.named(entries, g, checkout); err != nil {
-		return err
-	}
-	if worktreeOnly {
-		return nil
-	}
-	return p.modules(root, g, "modules", 0)
-}
-
-// file protects the file name of the git directory g (open as root) and
-// returns its content: when it is missing, it is created empty if create
-// is true (git would read it) and left alone otherwise (git ignores it).
-// A symlink or anything but a regular file is refused.
-func (p *gitPlanner) file(root *os.Root, g, name string, create bool) ([]byte, error) {
-	b, err := confine.ReadFile(root, name, confine.DefaultMaxRead)
-	if errors.Is(err, fs.ErrNotExist) {
-		if !create {
-			return nil, nil
-		}
-		if err := createEmpty(root, name); err != nil {
-			return nil, &gitProtectError{fmt.Errorf("create an empty %s in %s: %w", name, g, err)}
-		}
-	} else if err != nil {
-		return nil, &gitProtectError{fmt.Errorf("%s of %s: %w", name, g, notRegularHint(err))}
-	}
-	return b, p.add(filepath.Join(g, name), false)
-}
-
-// named protects what the config entries of git directory g name inside
-// a share: core.hooksPath directories (relative to the checkout) and
-// included files (relative to g); each is created empty when missing.
-func (p *gitPlanner) named(entries []gitConfigEntry, g, checkout string) error {
-	for _, v := range gitConfigValues(entries, "core", "", "hookspath") {
-		if err := p.namedPath(expandHome(v, checkout), true); err != nil {
-			return fmt.Errorf("core.hooksPath of %s: %w", g, err)
-		}
-	}
-	includes := append(gitConfigValues(entries, "include", "", "path"), gitConfigValues(entries, "includeif", "*", "path")...)
-	for _, v := range includes {
-		if err := p.namedPath(expandHome(v, g), false); err != nil {
-			return fmt.Errorf("included config of %s: %w", g, err)
-		}
-	}
-	return nil
-}
-
-// namedPath protects the directory (dir true) or file at the absolute
-// path path when a share holds it. Within a share it may not go through a
-// symlink (the guest could point that elsewhere: confine.MkdirAll and
-// ReadFile refuse one); a path outside them that leads into one through
-// the host's symlinks is taken resolved.
-func (p *gitPlanner) namedPath(path string, dir bool) error {
-	if !filepath.IsAbs(path) {
-		return nil // relative to a checkout git has not got
-	}
-	path = filepath.Clean(path)
-	sh := p.share(path)
-	if sh == "" {
-		real, err := filepath.EvalSymlinks(path)
-		if err != nil || p.share(real) == "" {
-			return nil // out of the guest's reach
-		}
-		path, sh = real, p.share(real)
-	}
-	if p.seen[path] {
-		return nil
-	}
-	rel, err := filepath.Rel(sh, path)
-	if err != nil {
-		return err
-	}
-	root, err := openRootNoSymlinks(sh)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	if dir {
-		if err := confine.MkdirAll(root, rel, 0o755, false); err != nil {
-			return &gitProtectError{err}
-		}
-	} else {
-		if err := confine.MkdirAll(root, filepath.Dir(rel), 0o755, false); err != nil {
-			return &gitProtectError{err}
-		}
-		if _, err := confine.ReadFile(root, rel, confine.DefaultMaxRead); errors.Is(err, fs.ErrNotExist) {
-			if err := createEmpty(root, rel); err != nil {
-				return err
-			}
-		} else if err != nil {
-			return &gitProtectError{notRegularHint(err)}
-		}
-	}
-	return p.add(path, false)
-}
-
-// modules protects the submodules' git directories under dir (relative to
-// the git directory g): a directory holding a HEAD file is one (with its
-// own modules/), any other is a level of a submodule's name.
-func (p *gitPlanner) modules(root *os.Root, g, dir string, depth int) error {
-	f, err := root.Open(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return &gitProtectError{fmt.Errorf("submodules of %s: %w", g, err)}
-	}
-	ents, err := f.ReadDir(maxGitDirs + 1)
-	f.Close()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return &gitProtectError{fmt.Errorf("submodules of %s: %w", g, err)}
-	}
-	if len(ents) > maxGitDirs || depth > maxGitModuleTree {
-		return fmt.Errorf("submodules of %s: more than %d entries or %d levels", g, maxGitDirs, maxGitModuleTree)
-	}
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue // a symlink among them is not a git directory git uses
-		}
-		name := filepath.Join(dir, e.Name())
-		fi, err := root.Lstat(filepath.Join(name, "HEAD"))
-		if err != nil || !fi.Mode().IsRegular() {
-			if err := p.modules(root, g, name, depth+1); err != nil {
-				return err
-			}
-			continue
-		}
-		mg := filepath.Join(g, name)
-		checkout := ""
-		if b, err := confine.ReadFile(root, filepath.Join(name, "config"), confine.DefaultMaxRead); err == nil {
-			if wt := gitConfigValues(parseGitConfig(b), "core", "", "worktree"); len(wt) > 0 {
-				checkout = expandHome(wt[len(wt)-1], mg)
-			}
-		}
-		if err := p.gitDir(mg, checkout, false); err != nil {
-			return err
-		}
-		// The submodule's checkout has a .git file naming mg: the guest
-		// must not point it elsewhere.
-		if checkout != "" {
-			dotgit := filepath.Join(filepath.Clean(checkout), ".git")
-			fi, err := lstatNoSymlinks(dotgit)
-			switch {
-			case err == nil && fi.Mode().IsRegular():
-				if err := p.add(dotgit, false); err != nil {
-					return err
-				}
-			case err != nil && !errors.Is(err, fs.ErrNotExist) && p.share(dotgit) != "":
-				return &gitProtectError{fmt.Errorf("submodule checkout of %s: %w", mg, err)}
-			}
-		}
-	}
-	return nil
-}
-
-// createEmpty creates the empty file name below root; it must not exist.
-func createEmpty(root *os.Root, name string) error {
-	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-// openRootNoSymlinks opens dir as an os.Root, refusing a symlink in any of
-// its components.
-func openRootNoSymlinks(dir string) (*os.Root, error) {
-	f, err := confine.OpenDirNoSymlinks(dir)
-	if err != nil {
+	if out.Changed, err = st.Changed(); err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	root, err := os.OpenRoot(dir)
+	out.Appeared = st.Appeared()
+	return out, nil
+}
+
+// CheckGit returns a *GitChangedError when the sandbox's git hooks or
+// config, which could not be made read-only for its guest (see
+// GitFingerprint), changed since it started or since the changes were
+// last accepted; nil otherwise. Start and Stop call it; so should every
+// other command on a sandbox before it goes on.
+func (s *Sandbox) CheckGit() error {
+	g, err := s.GitProtection()
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("sandbox %s: %w", s.name, err)
 	}
-	a, err1 := f.Stat()
-	b, err2 := root.Stat(".")
-	if err1 != nil || err2 != nil || !os.SameFile(a, b) {
-		root.Close()
-		return nil, fmt.Errorf("%s changed while being opened", dir)
+	if len(g.Changed) > 0 {
+		return &GitChangedError{Name: s.name, Changed: g.Changed}
 	}
-	return root, nil
+	return nil
 }
 
-// expandHome makes a path from a git config absolute: "~/" is the home
-// directory, a relative path is relative to base.
-func expandHome(v, base string) string {
-	if rest, ok := strings.CutPrefix(v, "~/"); ok {
-		if home, err := os.UserHomeDir(); err == nil {
-			return filepath.Join(home, rest)
-		}
+// AcceptGitChanges records the current state of the protected git hooks
+// and config as the reference of CheckGit, once the user reviewed what
+// changed.
+func (s *Sandbox) AcceptGitChanges() error {
+	st, err := gitprotect.ReadState(s.dir)
+	if err != nil || st == nil {
+		return err
 	}
-	if filepath.IsAbs(v) {
-		return v
+	if err := st.Accept(); err != nil {
+		return fmt.Errorf("sandbox %s: fingerprint git's hooks and config: %w", s.name, err)
 	}
-	return filepath.Join(base, v)
+	return st.Write(s.dir)
 }
 
-// gitBool reads a git boolean.
-func gitBool(v string) bool {
-	switch strings.ToLower(v) {
-	case "true", "yes", "on", "1":
-		return true
-	}
-	return false
+// GitChangedError reports git hooks or config, which the host's git runs
+// or obeys, that changed while a guest could write them.
+type GitChangedError struct {
+	Name string
+	// Changed are the paths that changed, were added or removed.
+	Changed []string
 }
 
-// notRegularHint says that a symlink (or FIFO...) is not followed.
-func notRegularHint(err error) error {
-	if errors.Is(err, confine.ErrNotRegular) || errors.Is(err, syscall.ELOOP) {
-		return fmt.Errorf("%w: the host's git would follow it, so it cannot be protected", err)
+func (e *GitChangedError) Error() string {
+	shown := e.Changed
+	more := ""
+	if len(shown) > 10 {
+		shown, more = shown[:10], fmt.Sprintf(" and %d more", len(e.Changed)-10)
 	}
-	return err
+	return fmt.Sprintf("sandbox %s: git hooks or config that your git runs changed while the guest could write them: %s%s", e.Name, strings.Join(shown, ", "), more)
 }
 
-// gitProtectError refuses a git directory that cannot be protected.
-type gitProtectError struct{ err error }
-
-func (e *gitProtectError) Error() string { return e.err.Error() }
-func (e *gitProtectError) Unwrap() error { return e.err }
-
-// Hint says what to do.
-func (e *gitProtectError) Hint() string {
-	return "replace what is there by a real git directory, .git file, hooks directory or config file (or remove it), or let the guest change git's hooks and config with --git-writable"
-}
-
-// parseGitdirFile returns the path of the "gitdir: PATH" line of a .git
-// file.
-func parseGitdirFile(b []byte) (string, bool) {
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "gitdir:"); ok {
-			if p := strings.TrimSpace(rest); p != "" {
-				return p, true
-			}
-		}
-	}
-	return "", false
+// Hint says how to go on.
+func (e *GitChangedError) Hint() string {
+	return fmt.Sprintf("review them before you run git on the host ('krunbox inspect %s' lists them), then accept them with 'krunbox start --accept-git-changes %s'", e.Name, e.Name)
 }

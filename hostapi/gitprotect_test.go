@@ -5,239 +5,20 @@ import (
 	"errors"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/krunbox/krunbox/hostapi/internal/gitprotect"
+	"github.com/krunbox/krunbox/hostapi/internal/isolate"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/testutil/gitattack"
+	"github.com/krunbox/krunbox/internal/testutil/gittest"
 )
 
-// makeTree writes files (path: content; a path ending in "/" is a
-// directory, content "->X" a symlink to X) below dir.
-func makeTree(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		p := filepath.Join(dir, n)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		switch c := files[n]; {
-		case strings.HasSuffix(n, "/"):
-			err = os.MkdirAll(p, 0o755)
-		case strings.HasPrefix(c, "->"):
-			err = os.Symlink(c[2:], p)
-		default:
-			err = os.WriteFile(p, []byte(c), 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// protects renders a plan as "path" (read-only) and "path (pinned)",
-// relative to dir.
-func protects(dir string, plan []vmm.Protect) []string {
-	var out []string
-	for _, p := range plan {
-		rel, _ := filepath.Rel(dir, p.Path)
-		if p.Writable {
-			rel += " (pinned)"
-		}
-		out = append(out, rel)
-	}
-	return out
-}
-
-func TestPlanGit(t *testing.T) {
-	tests := []struct {
-		name    string
-		files   map[string]string
-		mounts  func(dir string) []Mount
-		want    []string
-		wantErr string
-		made    []string // created empty by the plan
-	}{
-		{
-			name:  "ordinary repository",
-			files: map[string]string{"ws/.git/HEAD": "ref: refs/heads/main\n", "ws/.git/config": "[core]\n", "ws/.git/hooks/pre-commit.sample": "#!/bin/sh\n", "ws/.git/objects/": ""},
-			want:  []string{"ws/.git (pinned)", "ws/.git/config", "ws/.git/hooks"},
-		},
-		{
-			name:  "missing hooks and config are made empty first",
-			files: map[string]string{"ws/.git/HEAD": "ref: refs/heads/main\n"},
-			want:  []string{"ws/.git (pinned)", "ws/.git/config", "ws/.git/hooks"},
-			made:  []string{"ws/.git/hooks", "ws/.git/config"},
-		},
-		{
-			name:  "not a checkout",
-			files: map[string]string{"ws/f": "x"},
-		},
-		{
-			name: "worktree",
-			files: map[string]string{
-				"repo/.git/HEAD": "ref: refs/heads/main\n", "repo/.git/config": "[core]\n\tbare = false\n[extensions]\n\tworktreeConfig = true\n",
-				"repo/.git/hooks/": "", "repo/.git/worktrees/ws/HEAD": "x", "repo/.git/worktrees/ws/commondir": "../..\n",
-				"ws/.git": "gitdir: ../repo/.git/worktrees/ws\n",
-			},
-			mounts: func(dir string) []Mount {
-				return []Mount{{HostPath: filepath.Join(dir, "ws")}, {HostPath: filepath.Join(dir, "repo/.git")}}
-			},
-			// The common directory is a share's root: nothing to pin.
-			want: []string{"repo/.git/config", "repo/.git/config.worktree", "repo/.git/hooks", "repo/.git/worktrees/ws (pinned)", "repo/.git/worktrees/ws/config.worktree", "ws/.git"},
-			made: []string{"repo/.git/config.worktree", "repo/.git/worktrees/ws/config.worktree"},
-		},
-		{
-			name: "submodules, nested, with their checkouts' .git files",
-			files: map[string]string{
-				"ws/.git/HEAD": "x", "ws/.git/config": "", "ws/.git/hooks/": "",
-				"ws/.git/modules/lib/a/HEAD": "x", "ws/.git/modules/lib/a/config": "[core]\n\tworktree = ../../../../lib/a\n",
-				"ws/.git/modules/lib/a/modules/b/HEAD": "x", "ws/.git/modules/lib/a/modules/b/config": "[core]\n\tworktree = ../../../../../../lib/a/b\n",
-				"ws/lib/a/.git": "gitdir: ../../.git/modules/lib/a\n", "ws/lib/a/b/.git": "gitdir: ../../../.git/modules/lib/a/modules/b\n",
-			},
-			want: []string{
-				"ws/.git (pinned)", "ws/.git/config", "ws/.git/hooks",
-				"ws/.git/modules/lib/a (pinned)", "ws/.git/modules/lib/a/config", "ws/.git/modules/lib/a/hooks",
-				"ws/.git/modules/lib/a/modules/b (pinned)", "ws/.git/modules/lib/a/modules/b/config", "ws/.git/modules/lib/a/modules/b/hooks",
-				"ws/lib/a/.git", "ws/lib/a/b/.git",
-			},
-		},
-		{
-			name: "hooksPath and includes in the workspace",
-			files: map[string]string{
-				"ws/.git/HEAD": "x", "ws/.git/hooks/": "",
-				"ws/.git/config":      "[core]\n\thooksPath = .githooks\n[include]\n\tpath = ../.gitconfig.local ; a comment\n[includeIf \"gitdir:~/\"]\n\tpath = \"../conf/extra\"\n",
-				"ws/.gitconfig.local": "",
-			},
-			want: []string{"ws/.git (pinned)", "ws/.git/config", "ws/.git/hooks", "ws/.gitconfig.local", "ws/.githooks", "ws/conf/extra"},
-			made: []string{"ws/.githooks", "ws/conf/extra"},
-		},
-		{
-			name:  "hooksPath outside the shares is left alone",
-			files: map[string]string{"ws/.git/HEAD": "x", "ws/.git/hooks/": "", "ws/.git/config": "[core]\n\thooksPath = /nonexistent/hooks\n"},
-			want:  []string{"ws/.git (pinned)", "ws/.git/config", "ws/.git/hooks"},
-		},
-		{
-			name:   "read-only workspace needs nothing",
-			files:  map[string]string{"ws/.git/HEAD": "x", "ws/.git/config": "", "ws/.git/hooks/": ""},
-			mounts: func(dir string) []Mount { return []Mount{{HostPath: filepath.Join(dir, "ws"), ReadOnly: true}} },
-		},
-		{
-			name:    "hooks is a symlink",
-			files:   map[string]string{"elsewhere/": "", "ws/.git/HEAD": "x", "ws/.git/config": "", "ws/.git/hooks": "->../../elsewhere"},
-			wantErr: "symlink",
-		},
-		{
-			name:    "config is a symlink",
-			files:   map[string]string{"elsewhere": "", "ws/.git/HEAD": "x", "ws/.git/config": "->../../elsewhere", "ws/.git/hooks/": ""},
-			wantErr: "symlink",
-		},
-		{
-			name:    ".git is a symlink",
-			files:   map[string]string{"repo/HEAD": "x", "ws/.git": "->../repo"},
-			wantErr: "symlink",
-		},
-		{
-			name: ".git file through a symlink in the workspace",
-			files: map[string]string{
-				"ws/real/gd/HEAD": "x", "ws/real/gd/config": "", "ws/real/gd/hooks/": "",
-				"ws/link": "->real", "ws/.git": "gitdir: link/gd\n",
-			},
-			wantErr: "symlink",
-		},
-		{
-			name: ".git file through the host's symlink outside the shares",
-			files: map[string]string{
-				"repo/.git/HEAD": "x", "repo/.git/config": "", "repo/.git/hooks/": "",
-				"hostlink": "->repo", "ws/.git": "gitdir: ../hostlink/.git\n",
-			},
-			mounts: func(dir string) []Mount {
-				return []Mount{{HostPath: filepath.Join(dir, "ws")}, {HostPath: filepath.Join(dir, "repo/.git")}}
-			},
-			want: []string{"repo/.git/config", "repo/.git/hooks", "ws/.git"},
-		},
-		{
-			name:    "hooksPath through a symlink in the workspace",
-			files:   map[string]string{"ws/real/": "", "ws/link": "->real", "ws/.git/HEAD": "x", "ws/.git/hooks/": "", "ws/.git/config": "[core]\n\thooksPath = link/hooks\n"},
-			wantErr: "symlink",
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir, err := filepath.EvalSymlinks(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			makeTree(t, dir, tt.files)
-			mounts := []Mount{{HostPath: filepath.Join(dir, "ws")}}
-			if tt.mounts != nil {
-				mounts = tt.mounts(dir)
-			}
-			plan, err := planGit(mounts)
-			if tt.wantErr != "" {
-				var pe *gitProtectError
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.As(err, &pe) {
-					t.Fatalf("planGit = %v, %v; want a refusal naming %q", protects(dir, plan), err, tt.wantErr)
-				}
-				if _, err := os.Stat(filepath.Join(dir, "elsewhere", "hooks")); err == nil {
-					t.Error("something was made through the symlink")
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := protects(dir, plan); !slices.Equal(got, tt.want) {
-				t.Errorf("planGit:\n got %q\nwant %q", got, tt.want)
-			}
-			for _, m := range tt.made {
-				if _, err := os.Lstat(filepath.Join(dir, m)); err != nil {
-					t.Errorf("%s not made: %v", m, err)
-				}
-			}
-		})
-	}
-}
-
-// gitRepo makes a git repository with one commit and returns its
-// directory, skipping the test without git.
-func gitRepo(t *testing.T) string {
-	t.Helper()
-	git, err := exec.LookPath("git")
-	if err != nil {
-		t.Skip("needs git")
-	}
-	ws, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "f"}, {"commit", "-q", "-m", "one"}} {
-		if args[0] == "add" {
-			os.WriteFile(filepath.Join(ws, "f"), []byte("x\n"), 0o644)
-		}
-		cmd := exec.Command(git, args...)
-		cmd.Dir = ws
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+ws, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	return ws
-}
-
 func TestGitReadOnlyInTheGuest(t *testing.T) {
-	ws := gitRepo(t)
+	ws := gittest.Repo(t)
 	h, ref := testHost(t)
 	before := gitattack.Files(t, ws)
 	sb := started(t, h, Config{Image: ref, Workspace: ws})
@@ -298,7 +79,7 @@ func TestGitAppearing(t *testing.T) {
 }
 
 func TestGitWritable(t *testing.T) {
-	ws := gitRepo(t)
+	ws := gittest.Repo(t)
 	h, ref := testHost(t)
 	sb := started(t, h, Config{Image: ref, Workspace: ws, GitWritable: true})
 	if gp, err := sb.GitProtection(); err != nil || gp.Mode != GitOff || len(gp.Paths) != 0 {
@@ -316,7 +97,7 @@ func TestGitWritable(t *testing.T) {
 // hooks and config; what it changed is found at stop and at every start,
 // and refused until accepted.
 func TestGitFingerprintFallback(t *testing.T) {
-	ws := gitRepo(t)
+	ws := gittest.Repo(t)
 	h, ref := testHost(t)
 	h.protectsPaths = func(vmm.Root) bool { return false }
 	sb := started(t, h, Config{Image: ref, Workspace: ws})
@@ -357,24 +138,13 @@ func TestGitFingerprintFallback(t *testing.T) {
 	sb.Stop(context.Background())
 }
 
-// gitCmd runs git in dir, failing the test on error.
-func gitCmd(t *testing.T, dir string, args ...string) {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-}
-
 // A worktree's workspace shares its repository's git directory: its
 // hooks and config are read-only there too, the .git file cannot be
 // pointed elsewhere, and what git writes for the worktree still works.
 func TestGitWorktreeReadOnly(t *testing.T) {
-	repo := gitRepo(t)
+	repo := gittest.Repo(t)
 	wt := filepath.Join(filepath.Dir(repo), filepath.Base(repo)+"-wt")
-	gitCmd(t, repo, "worktree", "add", "-q", wt)
+	gittest.Run(t, repo, "worktree", "add", "-q", wt)
 	t.Cleanup(func() { os.RemoveAll(wt) })
 	common := filepath.Join(repo, ".git")
 	before := gitattack.Files(t, repo)
@@ -403,9 +173,9 @@ echo blob > `+common+`/objects/new && echo object-written`)
 // workspace's own, and its checkout's .git file cannot be pointed
 // elsewhere.
 func TestGitSubmoduleReadOnly(t *testing.T) {
-	sub := gitRepo(t)
-	ws := gitRepo(t)
-	gitCmd(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", sub, "lib")
+	sub := gittest.Repo(t)
+	ws := gittest.Repo(t)
+	gittest.Run(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", sub, "lib")
 	mod := filepath.Join(ws, ".git/modules/lib")
 	config, _ := os.ReadFile(filepath.Join(mod, "config"))
 	libGit, _ := os.ReadFile(filepath.Join(ws, "lib/.git"))
@@ -431,57 +201,31 @@ echo blob > .git/modules/lib/objects/new && echo object-written`)
 	}
 }
 
-// A fingerprint sees every change the guest can make to a protected path,
-// opens nothing that could block, follows no symlink, and is bounded.
-func TestFingerprint(t *testing.T) {
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	makeTree(t, dir, map[string]string{".git/config": "[core]\n", ".git/hooks/a": "#!/bin/sh\n", "elsewhere/a": "#!/bin/sh\n"})
-	g := filepath.Join(dir, ".git")
-	paths := []vmm.Protect{{Path: g, Writable: true}, {Path: filepath.Join(g, "config")}, {Path: filepath.Join(g, "hooks")}}
-	base, err := fingerprint(paths)
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps := []struct {
-		name   string
-		change func()
-		want   string
+// The git protection covers the sandbox's own read-write shares: not a
+// read-only one (the guest cannot write it), nor an isolated checkout's
+// (the host's git never runs there).
+func TestGitShares(t *testing.T) {
+	mounts := []Mount{{HostPath: "/state/workspace"}, {HostPath: "/state/base/objects", ReadOnly: true}, {HostPath: "/ws"}, {HostPath: "/ro", ReadOnly: true}, {HostPath: "/rw"}}
+	for _, tt := range []struct {
+		name string
+		rec  *record
+		want []string
 	}{
-		{"same size, other content", func() { os.WriteFile(filepath.Join(g, "hooks/a"), []byte("#!/bin/zz\n"), 0o644) }, "hooks/a"},
-		{"mode", func() { os.Chmod(filepath.Join(g, "hooks/a"), 0o755) }, "hooks/a"},
-		{"new symlink", func() { os.Symlink("/bin/true", filepath.Join(g, "hooks/post-checkout")) }, "hooks/post-checkout"},
-		{"FIFO", func() { syscall.Mkfifo(filepath.Join(g, "hooks/fifo"), 0o644) }, "hooks/fifo"},
-		{"config", func() { os.WriteFile(filepath.Join(g, "config"), []byte("[core]\n\tfsmonitor = x\n"), 0o644) }, "config"},
-		{"hooks replaced by a symlink", func() {
-			os.RemoveAll(filepath.Join(g, "hooks"))
-			os.Symlink("../elsewhere", filepath.Join(g, "hooks"))
-		}, "hooks"},
-		{".git replaced by a symlink to a copy", func() {
-			os.Rename(g, filepath.Join(dir, "copy"))
-			os.Symlink("copy", g)
-		}, ".git"},
-	}
-	for _, st := range steps {
-		st.change()
-		now, err := fingerprint(paths)
-		if err != nil {
-			t.Fatalf("%s: %v", st.name, err)
+		{"isolated", &record{Mounts: mounts, Isolate: &isolate.Record{}}, []string{"/ws", "/rw"}},
+		{"not isolated", &record{Mounts: mounts}, []string{"/state/workspace", "/ws", "/rw"}},
+	} {
+		sb := &Sandbox{rec: tt.rec}
+		if got := sb.gitShares(); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: gitShares = %q, want %q", tt.name, got, tt.want)
 		}
-		if diff := fingerprintDiff(base, now); !slices.Contains(diff, filepath.Join(g, st.want)) && !(st.want == ".git" && slices.Contains(diff, g)) {
-			t.Errorf("%s: changes %q, want %s among them", st.name, diff, st.want)
-		}
-		base = now
 	}
+}
 
-	many := filepath.Join(dir, "many")
-	os.Mkdir(many, 0o755)
-	for i := range maxFingerprintEntries + 1 {
-		os.WriteFile(filepath.Join(many, strconv.Itoa(i)), nil, 0o644)
-	}
-	if _, err := fingerprint([]vmm.Protect{{Path: many}}); err == nil || !strings.Contains(err.Error(), "more than") {
-		t.Errorf("fingerprint of %d entries: %v, want a bound", maxFingerprintEntries+1, err)
+// What the protection records is what GitProtection reports.
+func TestGitProtectionModes(t *testing.T) {
+	for sdk, internal := range map[GitProtectionMode]gitprotect.Mode{GitMounts: gitprotect.ModeMounts, GitFingerprint: gitprotect.ModeFingerprint, GitOff: gitprotect.ModeOff} {
+		if string(sdk) != string(internal) {
+			t.Errorf("GitProtectionMode %q is recorded as %q", sdk, internal)
+		}
 	}
 }

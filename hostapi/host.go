@@ -15,7 +15,10 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/krunbox/krunbox/hostapi/internal/gitprotect"
+	"github.com/krunbox/krunbox/hostapi/internal/isolate"
 	"github.com/krunbox/krunbox/hostapi/vmm"
+	"github.com/krunbox/krunbox/internal/confine"
 	"github.com/krunbox/krunbox/internal/secrets"
 	"github.com/krunbox/krunbox/oci"
 )
@@ -230,11 +233,11 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 		if err != nil {
 			return nil, fmt.Errorf("create sandbox: workspace: %w", err)
 		}
-		gitDir, common, err := userRepo(project)
+		gitDir, common, err := isolate.FindRepo(project)
 		if err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
-		rec.Isolate = &isolateRecord{Project: project, GitDir: gitDir, CommonDir: common}
+		rec.Isolate = &isolate.Record{Project: project, GitDir: gitDir, CommonDir: common}
 		prepare = prepareIsolated
 	}
 	sandboxes, err := filepath.EvalSymlinks(h.dirs.Sandboxes())
@@ -308,14 +311,14 @@ func sandboxMounts(cfg *Config) ([]Mount, error) {
 			return nil, fmt.Errorf("workspace: %w", err)
 		}
 		mounts = append(mounts, ws)
-		gitDirs, err := gitDirsOutside(ws.HostPath)
+		gitDirs, err := gitprotect.DirsOutside(ws.HostPath)
 		if err != nil {
 			return nil, fmt.Errorf("workspace: %w", err)
 		}
 		for _, d := range gitDirs {
 			covered := slices.ContainsFunc(cfg.Mounts, func(m Mount) bool {
 				p, err := filepath.Abs(m.HostPath)
-				return err == nil && within(p, d)
+				return err == nil && confine.Within(p, d)
 			})
 			if !covered {
 				mounts = append(mounts, Mount{HostPath: d, GuestPath: d})

@@ -5,54 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
+	"time"
 
-	"github.com/go-git/go-billy/v5"
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/cache"
-	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/plumbing/storer"
-	"github.com/go-git/go-git/v5/storage/filesystem"
-	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
-	"golang.org/x/sys/unix"
-
-	"github.com/krunbox/krunbox/hostapi/internal/gitfs"
+	"github.com/krunbox/krunbox/hostapi/internal/isolate"
 	"github.com/krunbox/krunbox/internal/confine"
 )
-
-// Files of an isolated sandbox's directory.
-const (
-	isolatedWorkspace = "workspace"    // its checkout, shared at the project's path
-	isolatedBase      = "base/objects" // the objects of its base, shared read-only
-	landedFile        = "landed"       // the commit and tree last landed
-)
-
-// isolatedBaseGuest is where the guest sees the base objects; the
-// checkout's objects/info/alternates names it.
-const isolatedBaseGuest = "/.krunbox-base/objects"
 
 // BranchPrefix prefixes the branch of an isolated sandbox, in its own
 // repository and, once landed, in the user's: krunbox/NAME.
 const BranchPrefix = "krunbox/"
-
-// isolateRecord is what an isolated sandbox records of its checkout.
-type isolateRecord struct {
-	// Project is the user's checkout (resolved), the guest path of the
-	// sandbox's checkout.
-	Project string `json:"project"`
-	// GitDir and CommonDir are the git directory of the user's checkout
-	// and its repository's common directory (the same but for a worktree).
-	GitDir    string `json:"git_dir"`
-	CommonDir string `json:"common_dir"`
-	// Base is the commit the checkout was made from.
-	Base string `json:"base"`
-	// Branch is the branch of the checkout, krunbox/NAME.
-	Branch string `json:"branch"`
-}
 
 // Isolation describes an isolated sandbox's checkout (see
 // Config.Isolate).
@@ -78,359 +40,263 @@ func (s *Sandbox) Isolation() *Isolation {
 	if r == nil {
 		return nil
 	}
-	return &Isolation{Project: r.Project, Checkout: s.path(isolatedWorkspace), Base: r.Base, Branch: r.Branch}
+	return &Isolation{Project: r.Project, Checkout: s.path(isolate.WorkspaceDir), Base: r.Base, Branch: r.Branch}
 }
 
-// userRepo finds the git directories of the user's checkout at project
-// (resolved): its .git directory, or the directories a .git file names (a
-// worktree's, with its commondir). Every file is read bounded, with no
-// symlink on the way.
-func userRepo(project string) (gitDir, common string, err error) {
-	dotgit := filepath.Join(project, ".git")
-	fi, err := lstatNoSymlinks(dotgit)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", "", fmt.Errorf("%s is not the top of a git checkout (no .git): an isolated workspace is a checkout of its HEAD", project)
-	case err != nil:
-		return "", "", err
-	case fi.IsDir():
-		return dotgit, dotgit, nil
-	case !fi.Mode().IsRegular():
-		return "", "", fmt.Errorf("%s is %v, neither a git directory nor a .git file", dotgit, fi.Mode().Type())
-	}
-	b, err := confine.ReadFileNoSymlinks(dotgit, confine.DefaultMaxRead)
-	if err != nil {
-		return "", "", err
-	}
-	g, err := gitdirLine(dotgit, b)
-	if err != nil {
-		return "", "", err
-	}
-	if gitDir, err = resolveFrom(project, g); err != nil {
-		return "", "", fmt.Errorf("git directory of %s: %w", project, err)
-	}
-	common = gitDir
-	b, err = confine.ReadFileNoSymlinks(filepath.Join(gitDir, "commondir"), confine.DefaultMaxRead)
-	switch {
-	case err == nil:
-		if common, err = resolveFrom(gitDir, strings.TrimSpace(string(b))); err != nil {
-			return "", "", fmt.Errorf("git common directory of %s: %w", project, err)
-		}
-	case !errors.Is(err, fs.ErrNotExist):
-		return "", "", err
-	}
-	return gitDir, common, nil
+// ErrNotIsolated is returned by Diff, Export and Land for a sandbox whose
+// workspace is not isolated.
+var ErrNotIsolated = errors.New("the sandbox's workspace is not isolated (create it with --isolate)")
+
+// Change is a file of an isolated checkout that differs from its base
+// commit, committed in the sandbox or not.
+type Change struct {
+	// Path is relative to the project.
+	Path string
+	// From and To are the blob hashes (empty for an added or a deleted
+	// file) and FromMode and ToMode the git modes, e.g. 0100644.
+	From, To         string
+	FromMode, ToMode uint32
 }
 
-// gitStorage is a go-git storage of a git directory read through gitfs
-// (confined, bounded, no alternates), with its close.
-type gitStorage struct {
-	*filesystem.Storage
-	closers []*gitfs.FS
+// DiffOptions selects what Diff reports.
+type DiffOptions struct {
+	// Paths narrows the diff to these files or directories, relative to
+	// the project (or absolute below it).
+	Paths []string
+	// Stat writes a summary (git's --stat) instead of the patch.
+	Stat bool
 }
 
-func (g *gitStorage) Close() error {
-	for _, c := range g.closers {
-		c.Close()
+// LandOptions says how Land makes the branch.
+type LandOptions struct {
+	// Squash makes one commit of all the sandbox's work on its base,
+	// instead of its commits and one more for what is not committed.
+	Squash bool
+}
+
+// Landed is what Land made in the user's repository.
+type Landed struct {
+	// Branch is the branch made or moved, krunbox/NAME.
+	Branch string
+	// Commit is the commit it points to.
+	Commit string
+	// Commits is the number of commits it has over the base.
+	Commits int
+	// Unchanged is set when there was nothing to land (the branch is the
+	// base) or nothing new since the last Land.
+	Unchanged bool
+}
+
+// checkout returns the sandbox's isolated checkout, nil when it has none.
+func (s *Sandbox) checkout() *isolate.Checkout {
+	if s.rec.Isolate == nil {
+		return nil
 	}
-	return nil
+	return &isolate.Checkout{Name: s.name, Dir: s.dir, Workspace: s.rec.Config.Workspace, Record: s.rec.Isolate}
 }
 
-// openGitStorage opens the git directory gitDir, whose common directory
-// is common (the same for an ordinary repository), with go-git through
-// gitfs: nothing it reads is run, and its config is not read. Objects
-// over lazy bytes are read only when their content is (see layered):
-// with lazy 1, none is read whole by go-git itself, so that a loose
-// object's stream longer than the size it says cannot fill memory.
-func openGitStorage(gitDir, common string, lazy int64) (*gitStorage, error) {
-	g, err := gitfs.Open(gitDir)
+// Changes lists the files of the sandbox's isolated checkout that differ
+// from its base commit, committed in the sandbox or not (untracked files
+// that .gitignore does not ignore count), below paths (all when empty).
+// Nothing in the checkout is run: every file is read below it with a
+// bound (GitLimits), and no symlink is followed.
+func (s *Sandbox) Changes(ctx context.Context, paths ...string) (_ []Change, err error) {
+	defer func() { err = isolateError(err) }()
+	c := s.checkout()
+	if c == nil {
+		return nil, fmt.Errorf("%s: %w", s.name, ErrNotIsolated)
+	}
+	changes, err := c.Changes(ctx, paths)
 	if err != nil {
 		return nil, err
 	}
-	st := &gitStorage{closers: []*gitfs.FS{g}}
-	var fsys billy.Filesystem = g
-	if common != gitDir {
-		c, err := gitfs.Open(common)
-		if err != nil {
-			g.Close()
-			return nil, err
-		}
-		st.closers = append(st.closers, c)
-		fsys = dotgit.NewRepositoryFilesystem(g, c)
+	var out []Change
+	for _, ch := range changes {
+		out = append(out, Change(ch))
 	}
-	st.Storage = filesystem.NewStorageWithOptions(fsys, cache.NewObjectLRUDefault(), filesystem.Options{LargeObjectThreshold: lazy})
-	return st, nil
+	return out, nil
 }
 
-// checkObjectFormat refuses a repository go-git cannot read: SHA-256
-// objects, reftable refs.
-func checkObjectFormat(common string) error {
-	b, err := confine.ReadFileNoSymlinks(filepath.Join(common, "config"), confine.DefaultMaxRead)
+// Diff writes the difference between the sandbox's base commit and its
+// isolated checkout now, as git diff does (a unified patch with a/ and b/
+// paths, or with opts.Stat a summary), for the files Changes lists.
+//
+// The files are read and diffed one at a time, and written (or counted,
+// for the summary) before the next is read: at most GitLimits.DiffBytes
+// in all, the sizes of every file's two sides checked before any is
+// read.
+func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (err error) {
+	defer func() { err = isolateError(err) }()
+	c := s.checkout()
+	if c == nil {
+		return fmt.Errorf("%s: %w", s.name, ErrNotIsolated)
+	}
+	return c.Diff(ctx, out, opts.Paths, opts.Stat)
+}
+
+// Land makes the work of the sandbox's isolated checkout a branch
+// krunbox/NAME of the user's repository: the sandbox's commits over its
+// base and, when files are not committed, one more commit of them; with
+// opts.Squash, one commit of it all on the base. Nothing else of the
+// user's repository changes: no checkout, no merge, no other ref.
+//
+// The guest's repository is read as Diff reads it. Every object is
+// verified before any is written (its content hashes to its name; a
+// commit and a tree decode; a tree names no path git refuses, such as
+// .git or ..), at most 2 GiB in all; a corrupt or oversized
+// object leaves the user's repository as it was. A branch krunbox/NAME
+// that krunbox did not make, or that moved since, is refused.
+func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err error) {
+	defer func() { err = isolateError(err) }()
+	c := s.checkout()
+	if c == nil {
+		return nil, fmt.Errorf("%s: %w", s.name, ErrNotIsolated)
+	}
+	unlock, err := s.lock(ctx)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
+		return nil, err
+	}
+	defer unlock()
+	l, err := c.Land(ctx, opts.Squash)
+	if err != nil {
+		return nil, err
+	}
+	return (*Landed)(l), nil
+}
+
+// Unlanded reports whether the sandbox's isolated checkout holds work
+// that Land has not put in the user's repository: files that differ
+// from its base, in a state not landed last. It is false for a sandbox
+// that is not isolated.
+func (s *Sandbox) Unlanded(ctx context.Context) (_ bool, err error) {
+	defer func() { err = isolateError(err) }()
+	c := s.checkout()
+	if c == nil {
+		return false, nil
+	}
+	return c.Unlanded(ctx)
+}
+
+// Export copies the files and directories paths (relative to the
+// project, or absolute below it) of the sandbox's isolated checkout, as
+// they are now, into the new directory dir, which must not exist. They
+// are read below the checkout, at most 8 GiB in all, with no
+// symlink followed; a symlink is not copied (it is listed in the error)
+// and neither is anything but regular files and directories (nor the
+// checkout's .git).
+func (s *Sandbox) Export(ctx context.Context, dir string, paths ...string) error {
+	c := s.checkout()
+	if c == nil {
+		return fmt.Errorf("export from %s: %w", s.name, ErrNotIsolated)
+	}
+	return c.Export(ctx, dir, paths)
+}
+
+// GitLimits bounds the work krunbox does on an isolated checkout, whose
+// repository and files the guest writes: what Changes (krunbox
+// workspaces), Diff, Land and Unlanded read. A zero field takes its
+// default. The defaults are far above what git writes for a large
+// repository (100k files, paths of a few hundred bytes, gigabytes of
+// history) and low enough that a hostile .git costs a laptop seconds and
+// at most a few hundred MB.
+type GitLimits struct {
+	// Files bounds the entries of the index, the files and directories
+	// of the checkout walked and the entries of one commit's tree
+	// walked: 1 Mi by default.
+	Files int
+	// PathBytes bounds one path (and so each of its names) of the index,
+	// of a tree or of the checkout: 4096 bytes by default, git's PATH_MAX.
+	PathBytes int
+	// TreeDepth bounds the directories a path of a tree goes through:
+	// 2048 by default, git's core.maxTreeDepth.
+	TreeDepth int
+	// PathsBytes bounds the bytes of all the paths of the index, of the
+	// checkout or of one commit's tree (and, apart, of the tree objects
+	// read for it): 128 MiB by default (1 Mi paths of 128 bytes).
+	PathsBytes int64
+	// IgnoreBytes bounds the bytes of the ignore files (.gitignore,
+	// .git/info/exclude) one walk of the checkout reads: 1 MiB by
+	// default.
+	IgnoreBytes int64
+	// IgnoreMatches bounds the times one walk of the checkout tries an
+	// ignore pattern on a path not tracked: 4 Mi by default (50k paths
+	// under 80 patterns each), at most a second or two (go-git takes 0.3
+	// to 0.7 µs a try).
+	IgnoreMatches int64
+	// HashBytes bounds the bytes of the files one walk of the checkout
+	// hashes (those not tracked, or changed since the index was
+	// written; each at most 256 MiB): 512 MiB by default, a few seconds
+	// (go-git's SHA-1, which detects collisions, hashes 100 to 250 MB/s).
+	HashBytes int64
+	// DiffBytes bounds the bytes of the files one Diff reads, both sides
+	// of every file changed: 256 MiB by default, a patch no one reads
+	// whole (naming paths narrows a diff to fewer files).
+	DiffBytes int64
+	// DiffTime bounds the time one Diff spends finding the smallest
+	// patch of its files: 10 s by default. Past it, a file's change is
+	// written as the deletion of all its lines and the insertion of all
+	// the new ones: a correct patch, only a longer one.
+	DiffTime time.Duration
+}
+
+// DefaultGitLimits returns the default GitLimits.
+func DefaultGitLimits() GitLimits { return GitLimits(isolate.DefaultLimits()) }
+
+// GitLimitError reports an isolated checkout beyond one of its
+// GitLimits. It matches confine.ErrTooLarge.
+type GitLimitError struct {
+	// What crossed the bound, e.g. "entry 65 names a path of 4097
+	// bytes or more".
+	What string
+	// Limit is the GitLimits field, e.g. "PathBytes", and Max its value.
+	Limit string
+	Max   int64
+}
+
+func (e *GitLimitError) Error() string { return (*isolate.LimitError)(e).Error() }
+
+// Is makes errors.Is(err, confine.ErrTooLarge) true.
+func (e *GitLimitError) Is(target error) bool { return target == confine.ErrTooLarge }
+
+// Hint tells the user what to do.
+func (e *GitLimitError) Hint() string {
+	switch e.Limit {
+	case "DiffBytes":
+		return "name some of its paths (krunbox diff NAME PATH...) to see part of it"
+	case "IgnoreMatches", "HashBytes":
+		return "files the sandbox's index does not hold are read at every look: commit them in the sandbox, " +
+			"ignore them (.gitignore) or remove them"
+	}
+	return "no repository git writes comes near this bound: the sandbox's repository is damaged or hostile; " +
+		"reset it in the sandbox (git reset), or remove the sandbox"
+}
+
+// gitLimitError is an error of an isolated checkout that crossed one of
+// its bounds: it reads as the error it wraps, and matches the
+// *GitLimitError of the bound.
+type gitLimitError struct {
+	err error
+	lim *GitLimitError
+}
+
+func (e *gitLimitError) Error() string   { return e.err.Error() }
+func (e *gitLimitError) Unwrap() []error { return []error{e.lim, e.err} }
+
+// isolateError returns err, an error of package isolate, as hostapi's: a
+// bound of isolate.Limits crossed matches *GitLimitError. A nil err is
+// nil.
+func isolateError(err error) error {
+	var le *isolate.LimitError
+	if !errors.As(err, &le) {
 		return err
 	}
-	entries := parseGitConfig(b)
-	for _, v := range gitConfigValues(entries, "extensions", "", "objectformat") {
-		if !strings.EqualFold(v, "sha1") {
-			return fmt.Errorf("repository %s uses %s objects: isolated workspaces support SHA-1 repositories only", common, v)
-		}
-	}
-	for _, v := range gitConfigValues(entries, "extensions", "", "refstorage") {
-		if !strings.EqualFold(v, "files") {
-			return fmt.Errorf("repository %s keeps its refs in %s: isolated workspaces support the files backend only", common, v)
-		}
-	}
-	return nil
+	return &gitLimitError{err: err, lim: (*GitLimitError)(le)}
 }
-
-// headCommit returns the commit HEAD of st points to.
-func headCommit(st storer.Storer) (*object.Commit, error) {
-	ref, err := storer.ResolveReference(st, plumbing.HEAD)
-	if err != nil {
-		return nil, fmt.Errorf("HEAD: %w", err)
-	}
-	c, err := object.GetCommit(st, ref.Hash())
-	if err != nil {
-		return nil, fmt.Errorf("HEAD %s: %w", ref.Hash(), err)
-	}
-	return c, nil
-}
-
-// gitBinary is the host's git that writes an isolated checkout's files,
-// when found on PATH: faster than writeCheckout (C's zlib, parallel
-// checkout), and run only as hostGit says. Empty means writeCheckout
-// always (tests).
-var gitBinary = "git"
 
 // prepareIsolated makes the isolated checkout of the sandbox rec names in
-// its directory dir (not yet published): the objects of the user's
-// repository linked (copied where links cannot be) into dir/base/objects,
-// and dir/workspace, a new repository on branch krunbox/NAME whose files
-// are those of the user's HEAD and whose objects/info/alternates names
-// the base objects where the guest sees them.
-//
-// The user's repository is read with go-git only (its HEAD, its objects):
-// nothing of its config, hooks or attributes is used. The files are
-// written by writeCheckout (go-git) or, where the host has git, by the
-// host's git in the repository just made, before any guest has seen it,
-// under a configuration that is krunbox's alone (no system, global or
-// repository config of the user's, no hooks, no fsmonitor): a
-// .gitattributes of the commit can name a filter, but no driver is
-// configured, so none runs.
+// its directory dir (not yet published), as isolate.Prepare says.
 func prepareIsolated(ctx context.Context, dir string, rec *record) error {
-	iso := rec.Isolate
-	if err := checkObjectFormat(iso.CommonDir); err != nil {
-		return err
-	}
-	st, err := openGitStorage(iso.GitDir, iso.CommonDir, 1<<20)
-	if err != nil {
-		return fmt.Errorf("open the repository of %s: %w", iso.Project, err)
-	}
-	defer st.Close()
-	head, err := headCommit(st)
-	if err != nil {
-		return fmt.Errorf("repository of %s: %w", iso.Project, err)
-	}
-	iso.Base = head.Hash.String()
-	base := filepath.Join(dir, isolatedBase)
-	if err := linkObjects(filepath.Join(iso.CommonDir, "objects"), base); err != nil {
-		return fmt.Errorf("share the objects of %s: %w", iso.Project, err)
-	}
-	ws := filepath.Join(dir, isolatedWorkspace)
-	if err := initRepo(ws, iso); err != nil {
-		return err
-	}
-	if git, err := exec.LookPath(gitBinary); gitBinary != "" && err == nil {
-		err = hostGit(ctx, git, ws, base, "read-tree", "-u", "--reset", iso.Base)
-		if err != nil {
-			return fmt.Errorf("check out %s of %s: %w", iso.Base, iso.Project, err)
-		}
-	} else {
-		open := func() (*gitStorage, error) { return openGitStorage(iso.GitDir, iso.CommonDir, 1<<20) }
-		if err := writeCheckout(ctx, open, head, ws); err != nil {
-			return fmt.Errorf("check out %s of %s: %w", iso.Base, iso.Project, err)
-		}
-	}
-	root, err := os.OpenRoot(ws)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	return confine.WriteFile(root, ".git/objects/info/alternates", []byte(isolatedBaseGuest+"\n"), 0o644)
-}
-
-// initRepo makes the repository of an isolated checkout at ws: on its
-// branch, at its base, with a config of krunbox's.
-func initRepo(ws string, iso *isolateRecord) error {
-	git := filepath.Join(ws, ".git")
-	for _, d := range []string{"objects/info", "objects/pack", "refs/tags", "info", filepath.Dir("refs/heads/" + iso.Branch)} {
-		if err := os.MkdirAll(filepath.Join(git, d), 0o755); err != nil {
-			return err
-		}
-	}
-	for _, f := range []struct{ name, data string }{
-		{"HEAD", "ref: refs/heads/" + iso.Branch + "\n"},
-		{"refs/heads/" + iso.Branch, iso.Base + "\n"},
-		{"config", "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n"},
-		{"description", "krunbox isolated workspace of " + iso.Project + "\n"},
-	} {
-		if err := os.WriteFile(filepath.Join(git, f.name), []byte(f.data), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// hostGit runs the host's git in the repository at ws that krunbox has
-// just made, with the objects at base as an alternate, under a
-// configuration that is krunbox's alone: no system or global config (nor
-// the user's HOME or XDG directories), no hooks, no fsmonitor, no
-// attributes file but the commit's, an environment of PATH alone.
-func hostGit(ctx context.Context, git, ws, base string, args ...string) error {
-	empty, err := os.MkdirTemp("", "krunbox-git-home-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(empty)
-	full := append([]string{
-		"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-		"-c", "core.attributesFile=/dev/null", "-c", "core.excludesFile=/dev/null",
-		"-c", "checkout.workers=0", "-c", "core.untrackedCache=false",
-		"--git-dir=" + filepath.Join(ws, ".git"), "--work-tree=" + ws,
-	}, args...)
-	cmd := exec.CommandContext(ctx, git, full...)
-	cmd.Dir = ws
-	cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + empty, "XDG_CONFIG_HOME=" + empty,
-		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_ATTR_NOSYSTEM=1",
-		"GIT_NO_REPLACE_OBJECTS=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C",
-		"GIT_ALTERNATE_OBJECT_DIRECTORIES=" + base,
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		msg := strings.TrimSpace(string(out))
-		if len(msg) > 2048 {
-			msg = msg[:2048]
-		}
-		return fmt.Errorf("git %s: %w: %s", args[0], err, msg)
-	}
-	return nil
-}
-
-// linkObjects makes dst the object store of the repository whose objects
-// directory is src: its packs and loose objects hard-linked (git never
-// changes them in place, and a link keeps them when the user's git
-// removes them), copied where a link cannot be made (another file
-// system). Only regular files are taken; nothing is followed through a
-// symlink. dst is shared read-only with the guest.
-func linkObjects(src, dst string) error {
-	from, err := confine.OpenDirNoSymlinks(src)
-	if err != nil {
-		return err
-	}
-	defer from.Close()
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return err
-	}
-	to, err := confine.OpenDirNoSymlinks(dst)
-	if err != nil {
-		return err
-	}
-	defer to.Close()
-	names, err := from.Readdirnames(-1)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		loose := len(n) == 2 && isHex(n)
-		if !loose && n != "pack" {
-			continue
-		}
-		if err := linkDir(from, to, n, func(f string) bool {
-			if loose {
-				return len(f) == 38 && isHex(f)
-			}
-			return strings.HasPrefix(f, "pack-") && (strings.HasSuffix(f, ".pack") || strings.HasSuffix(f, ".idx") || strings.HasSuffix(f, ".rev"))
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// linkDir links the files of from/name that take accepts into to/name.
-func linkDir(from, to *os.File, name string, take func(string) bool) error {
-	sfd, err := unix.Openat(int(from.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
-			return nil // not a directory: not git's
-		}
-		return fmt.Errorf("open %s: %w", name, err)
-	}
-	sd := os.NewFile(uintptr(sfd), name)
-	defer sd.Close()
-	if err := unix.Mkdirat(int(to.Fd()), name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-		return err
-	}
-	dfd, err := unix.Openat(int(to.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	dd := os.NewFile(uintptr(dfd), name)
-	defer dd.Close()
-	entries, err := sd.ReadDir(-1)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() || !take(e.Name()) {
-			continue
-		}
-		err := unix.Linkat(sfd, e.Name(), dfd, e.Name(), 0)
-		if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EPERM) {
-			err = copyAt(sd, dd, e.Name())
-		}
-		if err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("%s/%s: %w", name, e.Name(), err)
-		}
-	}
-	return nil
-}
-
-// copyAt copies the regular file name of from into to.
-func copyAt(from, to *os.File, name string) error {
-	fd, err := unix.Openat(int(from.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	in := os.NewFile(uintptr(fd), name)
-	defer in.Close()
-	if fi, err := in.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return errors.Join(err, confine.ErrNotRegular)
-	}
-	ofd, err := unix.Openat(int(to.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o444)
-	if err != nil {
-		return err
-	}
-	out := os.NewFile(uintptr(ofd), name)
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func isHex(s string) bool {
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
+	return isolate.Prepare(ctx, dir, rec.Isolate)
 }
 
 // isolatedMounts returns the shares of an isolated sandbox in the
@@ -438,8 +304,8 @@ func isHex(s string) bool {
 // read-only.
 func isolatedMounts(dir, project string) []Mount {
 	return []Mount{
-		{HostPath: filepath.Join(dir, isolatedWorkspace), GuestPath: project},
-		{HostPath: filepath.Join(dir, isolatedBase), GuestPath: isolatedBaseGuest, ReadOnly: true},
+		{HostPath: filepath.Join(dir, isolate.WorkspaceDir), GuestPath: project},
+		{HostPath: filepath.Join(dir, isolate.BaseDir), GuestPath: isolate.BaseGuest, ReadOnly: true},
 	}
 }
 
@@ -467,7 +333,7 @@ func isolatedSandboxMounts(cfg *Config) ([]Mount, error) {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	cfg.Workspace = abs
-	if _, _, err := userRepo(ws.HostPath); err != nil {
+	if _, _, err := isolate.FindRepo(ws.HostPath); err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	mounts, err := resolveMounts(cfg.Mounts)
@@ -475,8 +341,8 @@ func isolatedSandboxMounts(cfg *Config) ([]Mount, error) {
 		return nil, err
 	}
 	for _, m := range mounts {
-		for _, g := range []string{abs, filepath.Dir(isolatedBaseGuest)} {
-			if within(m.GuestPath, g) || within(g, m.GuestPath) {
+		for _, g := range []string{abs, filepath.Dir(isolate.BaseGuest)} {
+			if confine.Within(m.GuestPath, g) || confine.Within(g, m.GuestPath) {
 				return nil, fmt.Errorf("%w: %s overlaps in the guest, at %s, with the isolated checkout at %s", ErrInvalidMount, m.HostPath, m.GuestPath, g)
 			}
 		}

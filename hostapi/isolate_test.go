@@ -1,135 +1,26 @@
 package hostapi
 
 import (
-	"bytes"
-	"compress/zlib"
 	"context"
-	"encoding/hex"
-	"fmt"
+	"errors"
 	"io"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/krunbox/krunbox/internal/testutil/poll"
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/krunbox/krunbox/internal/confine"
+	"github.com/krunbox/krunbox/internal/testutil/gittest"
 )
-
-// hostileRepo makes a git repository whose config, hooks and attributes
-// would write the file marker if the host's git ran them: a hook for
-// every event that reads or checks out, core.fsmonitor, a filter driver
-// named by the commit's .gitattributes, an alternate of no objects. It
-// has one commit (f, .gitattributes, a symlink), an untracked .env and
-// an ignored file, and returns its directory and the marker's path.
-func hostileRepo(t *testing.T) (repo, marker string) {
-	t.Helper()
-	repo = gitRepo(t)
-	marker = filepath.Join(t.TempDir(), "pwned")
-	evil := "touch " + marker
-	for name, data := range map[string]string{
-		".gitattributes": "* filter=evil\n",
-		".gitignore":     "ignored\n",
-		"dir/g":          "g\n",
-	} {
-		os.MkdirAll(filepath.Dir(filepath.Join(repo, name)), 0o755)
-		os.WriteFile(filepath.Join(repo, name), []byte(data), 0o644)
-	}
-	os.Symlink("/etc/passwd", filepath.Join(repo, "link"))
-	gitCmd(t, repo, "add", "-A")
-	gitCmd(t, repo, "commit", "-q", "-m", "two")
-	for _, h := range []string{"post-checkout", "post-index-change", "pre-commit", "post-commit", "reference-transaction", "fsmonitor-watchman"} {
-		os.WriteFile(filepath.Join(repo, ".git/hooks", h), []byte("#!/bin/sh\n"+evil+"\n"), 0o755)
-	}
-	cfg := "[core]\n\tfsmonitor = \"" + evil + "\"\n\thooksPath = hooks\n[filter \"evil\"]\n\tclean = " + evil + "\n\tsmudge = " + evil + "\n\tprocess = " + evil + "\n\trequired = true\n[uploadpack]\n\tpackObjectsHook = " + evil + "\n"
-	f, err := os.OpenFile(filepath.Join(repo, ".git/config"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString(cfg)
-	f.Close()
-	os.WriteFile(filepath.Join(repo, ".env"), []byte("SECRET=1\n"), 0o600)
-	os.WriteFile(filepath.Join(repo, "ignored"), []byte("i\n"), 0o644)
-	return repo, marker
-}
-
-// safeGit are the options with which tests run git in a hostileRepo.
-var safeGit = []string{"-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "filter.evil.process=", "-c", "filter.evil.clean=", "-c", "filter.evil.smudge=", "-c", "filter.evil.required=false"}
-
-// gitOut runs git in dir with the user's configuration ignored.
-func gitOut(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append(safeGit, args...)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// The checkout is made by the host's git or by go-git (where the host has
-// no git), alike; nothing of the user's repository runs.
-func TestIsolatedCheckout(t *testing.T) {
-	for _, git := range []string{"git", ""} {
-		t.Run("git="+git, func(t *testing.T) {
-			defer func(g string) { gitBinary = g }(gitBinary)
-			gitBinary = git
-			testIsolatedCheckout(t)
-		})
-	}
-}
-
-func testIsolatedCheckout(t *testing.T) {
-	repo, marker := hostileRepo(t)
-	h, ref := testHost(t)
-	head := gitOut(t, repo, "rev-parse", "HEAD")
-	sb := createIsolated(t, h, ref, repo, "iso")
-	iso := sb.Isolation()
-	if iso == nil || iso.Base != head || iso.Branch != "krunbox/iso" || iso.Project != repo {
-		t.Fatalf("Isolation = %+v, want base %s", iso, head)
-	}
-	if _, err := os.Stat(marker); err == nil {
-		t.Fatal("the user's repository's hooks, fsmonitor or filter ran on the host")
-	}
-	for name, want := range map[string]string{"f": "x\n", "dir/g": "g\n", ".gitignore": "ignored\n"} {
-		if b, err := os.ReadFile(filepath.Join(iso.Checkout, name)); err != nil || string(b) != want {
-			t.Errorf("checkout's %s = %q, %v; want %q", name, b, err, want)
-		}
-	}
-	if l, err := os.Readlink(filepath.Join(iso.Checkout, "link")); err != nil || l != "/etc/passwd" {
-		t.Errorf("checkout's link = %q, %v", l, err)
-	}
-	for _, name := range []string{".env", "ignored"} {
-		if _, err := os.Lstat(filepath.Join(iso.Checkout, name)); err == nil {
-			t.Errorf("the checkout holds %s, which is not committed", name)
-		}
-	}
-	if got := sandboxGit(t, sb, "symbolic-ref", "HEAD"); got != "refs/heads/krunbox/iso" {
-		t.Errorf("checkout's HEAD = %q", got)
-	}
-	// git agrees that the checkout is HEAD, its index up to date.
-	if got := sandboxGit(t, sb, "status", "--porcelain"); got != "" {
-		t.Errorf("git status in the checkout: %q", got)
-	}
-	if ch, err := sb.Changes(t.Context()); err != nil || len(ch) != 0 {
-		t.Errorf("Changes of a fresh checkout = %v, %v", ch, err)
-	}
-	if _, err := os.Stat(marker); err == nil {
-		t.Fatal("git status in the checkout ran something")
-	}
-}
 
 // The guest sees its checkout at the project's path, with the base
 // objects its alternates name; what it writes stays in the checkout,
 // across a stop and a start.
 func TestIsolatedGuest(t *testing.T) {
-	repo, _ := hostileRepo(t)
+	repo, _ := gittest.Hostile(t)
 	h, ref := testHost(t)
 	sb := started(t, h, Config{Image: ref, Workspace: repo, Isolate: true})
 	iso := sb.Isolation()
@@ -171,435 +62,113 @@ func createIsolated(t *testing.T, h *Host, ref, repo, name string) *Sandbox {
 	return sb
 }
 
-func TestIsolatedDiff(t *testing.T) {
-	repo, marker := hostileRepo(t)
+// The SDK's side of an isolated sandbox: Create makes the checkout,
+// Isolation says where, and the sandbox's methods read its work, land it
+// and export it; a bound crossed is a *GitLimitError. A sandbox that is
+// not isolated says so.
+func TestIsolatedSandbox(t *testing.T) {
+	repo, marker := gittest.Hostile(t)
 	h, ref := testHost(t)
-	sb := createIsolated(t, h, ref, repo, "d")
-	co := sb.Isolation().Checkout
-	if ch, err := sb.Changes(t.Context()); err != nil || len(ch) != 0 {
-		t.Fatalf("Changes of a fresh checkout = %v, %v; want none", ch, err)
+	sb := createIsolated(t, h, ref, repo, "sdk")
+	iso := sb.Isolation()
+	if head := gittest.Out(t, repo, "rev-parse", "HEAD"); iso == nil || iso.Project != repo || iso.Base != head || iso.Branch != BranchPrefix+"sdk" {
+		t.Fatalf("Isolation = %+v, want %s at %s on %ssdk", iso, repo, head, BranchPrefix)
 	}
-	// What the guest does: change, add, delete, add an ignored file.
-	os.WriteFile(filepath.Join(co, "f"), []byte("y\n"), 0o644)
-	os.WriteFile(filepath.Join(co, "new"), []byte("n\n"), 0o644)
-	os.WriteFile(filepath.Join(co, "ignored"), []byte("i\n"), 0o644)
-	os.Remove(filepath.Join(co, "dir/g"))
+	if b, err := os.ReadFile(filepath.Join(iso.Checkout, "f")); err != nil || string(b) != "x\n" {
+		t.Fatalf("the checkout's f = %q, %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(iso.Checkout, "f"), []byte("y\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ch, err := sb.Changes(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, c := range ch {
-		got = append(got, c.Path)
-	}
-	if strings.Join(got, " ") != "dir/g f new" {
-		t.Errorf("Changes = %v, want dir/g f new", got)
+	want := []Change{{Path: "f", From: gittest.Out(t, repo, "rev-parse", "HEAD:f"), To: plumbing.ComputeHash(plumbing.BlobObject, []byte("y\n")).String(), FromMode: 0o100644, ToMode: 0o100644}}
+	if err != nil || !slices.Equal(ch, want) {
+		t.Errorf("Changes = %+v, %v; want %+v", ch, err, want)
 	}
 	var b strings.Builder
-	if err := sb.Diff(t.Context(), &b, DiffOptions{Paths: []string{repo + "/f"}}); err != nil {
-		t.Fatal(err)
+	if err := sb.Diff(t.Context(), &b, DiffOptions{Paths: []string{repo + "/f"}, Stat: true}); err != nil || b.String() != " f | 2 +-\n 1 files changed, 1 insertions(+), 1 deletions(-)\n" {
+		t.Errorf("Diff --stat f = %q, %v", b.String(), err)
 	}
-	if want := "diff --git a/f b/f\n"; !strings.HasPrefix(b.String(), want) || !strings.Contains(b.String(), "\n-x\n+y\n") {
-		t.Errorf("Diff f:\n%s", b.String())
+	if u, err := sb.Unlanded(t.Context()); err != nil || !u {
+		t.Errorf("Unlanded with work = %v, %v", u, err)
 	}
-	b.Reset()
-	if err := sb.Diff(t.Context(), &b, DiffOptions{Stat: true}); err != nil {
-		t.Fatal(err)
+	l, err := sb.Land(t.Context(), LandOptions{Squash: true})
+	if err != nil || l.Branch != iso.Branch || l.Commits != 1 || l.Unchanged || gittest.Out(t, repo, "rev-parse", iso.Branch) != l.Commit {
+		t.Errorf("Land = %+v, %v", l, err)
 	}
-	if want := " dir/g | 1 -\n f     | 2 +-\n new   | 1 +\n 3 files changed, 2 insertions(+), 2 deletions(-)\n"; b.String() != want {
-		t.Errorf("Diff --stat:\n%s\nwant\n%s", b.String(), want)
-	}
-	for _, p := range []string{"../x", "/etc", ".git/config"} {
-		if err := sb.Diff(t.Context(), io.Discard, DiffOptions{Paths: []string{p}}); err == nil {
-			t.Errorf("Diff %s: no error", p)
-		}
-	}
-	if _, err := os.Stat(marker); err == nil {
-		t.Fatal("something ran on the host")
-	}
-}
-
-// sandboxGit runs git in the sandbox's checkout as the guest would (with
-// the base objects where the host has them), for tests.
-func sandboxGit(t *testing.T, sb *Sandbox, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append(safeGit, args...)...)
-	cmd.Dir = sb.Isolation().Checkout
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+cmd.Dir, "GIT_AUTHOR_NAME=g", "GIT_AUTHOR_EMAIL=g@g", "GIT_COMMITTER_NAME=g", "GIT_COMMITTER_EMAIL=g@g",
-		"GIT_ALTERNATE_OBJECT_DIRECTORIES="+sb.path(isolatedBase))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s%s", args, err, out, stderr.Bytes())
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// commitBlob commits the file name, of content, in the sandbox and
-// returns its blob.
-func commitBlob(t *testing.T, sb *Sandbox, name, content string) string {
-	t.Helper()
-	os.WriteFile(filepath.Join(sb.Isolation().Checkout, name), []byte(content), 0o644)
-	sandboxGit(t, sb, "add", name)
-	sandboxGit(t, sb, "commit", "-qm", name)
-	return sandboxGit(t, sb, "rev-parse", "HEAD:"+name)
-}
-
-// userState is what Land must not change in the user's repository: its
-// refs (but krunbox/*), HEAD, index and files.
-func userState(t *testing.T, repo string) string {
-	t.Helper()
-	var refs []string
-	for _, l := range strings.Split(gitOut(t, repo, "for-each-ref"), "\n") {
-		if !strings.Contains(l, "refs/heads/krunbox/") {
-			refs = append(refs, l)
-		}
-	}
-	return strings.Join(refs, "\n") + "\n" + gitOut(t, repo, "rev-parse", "HEAD") + "\n" + gitOut(t, repo, "status", "--porcelain", "--ignored")
-}
-
-func TestIsolatedLand(t *testing.T) {
-	repo, marker := hostileRepo(t)
-	h, ref := testHost(t)
-	before := userState(t, repo)
-	for _, squash := range []bool{false, true} {
-		name := "land"
-		if squash {
-			name = "squash"
-		}
-		t.Run(name, func(t *testing.T) {
-			sb := createIsolated(t, h, ref, repo, name)
-			co := sb.Isolation().Checkout
-			if l, err := sb.Land(t.Context(), LandOptions{Squash: squash}); err != nil || !l.Unchanged {
-				t.Fatalf("Land of no work = %+v, %v; want unchanged", l, err)
-			}
-			if u, err := sb.Unlanded(t.Context()); err != nil || u {
-				t.Fatalf("Unlanded of no work = %v, %v", u, err)
-			}
-			os.WriteFile(filepath.Join(co, "f"), []byte("committed\n"), 0o644)
-			sandboxGit(t, sb, "commit", "-qam", "in the sandbox")
-			os.WriteFile(filepath.Join(co, "f"), []byte("uncommitted\n"), 0o644)
-			os.MkdirAll(filepath.Join(co, "sub/deep"), 0o755)
-			os.WriteFile(filepath.Join(co, "sub/deep/n"), []byte("new\n"), 0o755)
-			if u, err := sb.Unlanded(t.Context()); err != nil || !u {
-				t.Fatalf("Unlanded with work = %v, %v", u, err)
-			}
-			l, err := sb.Land(t.Context(), LandOptions{Squash: squash})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantCommits := 2
-			if squash {
-				wantCommits = 1
-			}
-			if l.Branch != "krunbox/"+name || l.Commits != wantCommits || l.Unchanged {
-				t.Errorf("Land = %+v", l)
-			}
-			br := "krunbox/" + name
-			if got := gitOut(t, repo, "rev-parse", br); got != l.Commit {
-				t.Errorf("branch %s = %s, want %s", br, got, l.Commit)
-			}
-			if got := gitOut(t, repo, "show", br+":f"); got != "uncommitted" {
-				t.Errorf("f on %s = %q", br, got)
-			}
-			if got := gitOut(t, repo, "ls-tree", br, "sub/deep/n"); !strings.HasPrefix(got, "100755 blob") {
-				t.Errorf("sub/deep/n on %s: %q", br, got)
-			}
-			if got := gitOut(t, repo, "rev-list", "--count", "HEAD.."+br); got != fmt.Sprint(wantCommits) {
-				t.Errorf("commits on %s: %s, want %d", br, got, wantCommits)
-			}
-			gitOut(t, repo, "fsck", "--strict", "--no-dangling")
-			if after := userState(t, repo); after != before {
-				t.Errorf("the user's repository changed beyond the branch:\n%s\nthen\n%s", before, after)
-			}
-			if u, err := sb.Unlanded(t.Context()); err != nil || u {
-				t.Errorf("Unlanded after Land = %v, %v", u, err)
-			}
-			// Landing the same work again changes nothing, in another
-			// second too (a commit made anew would have another time).
-			landed := time.Now().Unix()
-			poll.Until(t, "the next second", 3*time.Second, func() bool { return time.Now().Unix() > landed })
-			if l2, err := sb.Land(t.Context(), LandOptions{Squash: squash}); err != nil || l2.Commit != l.Commit || !l2.Unchanged && !squash {
-				t.Errorf("Land again = %+v, %v; want unchanged, %s", l2, err, l.Commit)
-			}
-		})
-	}
-	if _, err := os.Stat(marker); err == nil {
-		t.Fatal("something ran on the host")
-	}
-}
-
-// objectFiles lists the files of repo's object store.
-func objectFiles(t *testing.T, repo string) []string {
-	t.Helper()
-	var out []string
-	filepath.WalkDir(filepath.Join(repo, ".git/objects"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			out = append(out, p)
-		}
-		return nil
-	})
-	return out
-}
-
-// looseObject writes a loose object file for name, with the given
-// header and content, into the sandbox's repository.
-func looseObject(t *testing.T, sb *Sandbox, name, header string, content []byte) {
-	t.Helper()
-	var b bytes.Buffer
-	z := zlib.NewWriter(&b)
-	z.Write(append([]byte(header+"\x00"), content...))
-	z.Close()
-	p := filepath.Join(sb.Isolation().Checkout, ".git/objects", name[:2], name[2:])
-	os.MkdirAll(filepath.Dir(p), 0o755)
-	os.Remove(p)
-	if err := os.WriteFile(p, b.Bytes(), 0o444); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// What the guest can do to its repository makes Diff and Land refuse,
-// with the user's repository unchanged and nothing run on the host.
-func TestIsolatedHostileRepository(t *testing.T) {
-	repo, marker := hostileRepo(t)
-	h, ref := testHost(t)
-	other := gitRepo(t) // a repository of the host's the guest must not reach
-	os.WriteFile(filepath.Join(other, "secret"), []byte("the host's secret\n"), 0o644)
-	otherBlob := gitOut(t, other, "hash-object", "-w", "secret")
-	tests := []struct {
-		name    string
-		attack  func(t *testing.T, sb *Sandbox)
-		wantErr string // of Land; "" when Land succeeds, running nothing
-		diffErr bool
-	}{
-		{"hooks, fsmonitor, filters", func(t *testing.T, sb *Sandbox) {
-			co := sb.Isolation().Checkout
-			evil := "touch " + marker
-			for _, hk := range []string{"pre-commit", "post-commit", "post-checkout", "reference-transaction", "pre-auto-gc"} {
-				os.WriteFile(filepath.Join(co, ".git/hooks", hk), []byte("#!/bin/sh\n"+evil+"\n"), 0o755)
-			}
-			f, _ := os.OpenFile(filepath.Join(co, ".git/config"), os.O_APPEND|os.O_WRONLY, 0)
-			f.WriteString("[core]\n\tfsmonitor = " + evil + "\n\tsshCommand = " + evil + "\n[filter \"x\"]\n\tclean = " + evil + "\n\trequired = true\n[uploadpack]\n\tpackObjectsHook = " + evil + "\n[include]\n\tpath = /etc/passwd\n")
-			f.Close()
-			os.WriteFile(filepath.Join(co, ".gitattributes"), []byte("* filter=x diff=x\n"), 0o644)
-		}, "", false},
-		{"alternates to a host repository", func(t *testing.T, sb *Sandbox) {
-			os.WriteFile(filepath.Join(sb.Isolation().Checkout, ".git/objects/info/alternates"), []byte(filepath.Join(other, ".git/objects")+"\n"), 0o644)
-			// The index names the other repository's blob, unchanged.
-			cmd := exec.Command("git", "update-index", "--add", "--cacheinfo", "100644,"+otherBlob+",stolen")
-			cmd.Dir = sb.Isolation().Checkout
-			cmd.Env = append(os.Environ(), "GIT_ALTERNATE_OBJECT_DIRECTORIES="+filepath.Join(other, ".git/objects"))
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("%v: %s", err, out)
-			}
-			sandboxGit(t, sb, "-c", "core.alternateRefsCommand=true", "commit", "-qm", "steal")
-		}, "not found", false},
-		{"corrupt object", func(t *testing.T, sb *Sandbox) {
-			blob := commitBlob(t, sb, "c", "content\n")
-			looseObject(t, sb, blob, "blob 6", []byte("bogus\n"))
-		}, "corrupt", true},
-		{"oversize object", func(t *testing.T, sb *Sandbox) {
-			blob := commitBlob(t, sb, "c", "content\n")
-			looseObject(t, sb, blob, "blob 1099511627776", []byte("x"))
-		}, "too large", true},
-		{"a zlib bomb", func(t *testing.T, sb *Sandbox) {
-			// Says 6 bytes, inflates to 300 MiB: read no further than 6.
-			blob := commitBlob(t, sb, "c", "bomb!\n")
-			looseObject(t, sb, blob, "blob 6", make([]byte, 300<<20))
-		}, "corrupt", true},
-		{"a tree naming .git", func(t *testing.T, sb *Sandbox) {
-			blob := sandboxGit(t, sb, "hash-object", "-w", "f")
-			var b bytes.Buffer
-			b.WriteString("100644 .GIT\x00")
-			b.Write(mustHex(t, blob))
-			cmd := exec.Command("git", "hash-object", "-w", "-t", "tree", "--literally", "--stdin")
-			cmd.Dir = sb.Isolation().Checkout
-			cmd.Env = append(os.Environ(), "GIT_ALTERNATE_OBJECT_DIRECTORIES="+sb.path(isolatedBase))
-			cmd.Stdin = &b
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := sandboxGit(t, sb, "commit-tree", "-m", "evil", "-p", "HEAD", strings.TrimSpace(string(out)))
-			sandboxGit(t, sb, "update-ref", "HEAD", c)
-		}, "refuses", false},
-		{".git a symlink to the user's", func(t *testing.T, sb *Sandbox) {
-			co := sb.Isolation().Checkout
-			os.RemoveAll(filepath.Join(co, ".git"))
-			os.Symlink(filepath.Join(repo, ".git"), filepath.Join(co, ".git"))
-		}, "the repository of", true},
-		{".git a file naming the user's", func(t *testing.T, sb *Sandbox) {
-			co := sb.Isolation().Checkout
-			os.RemoveAll(filepath.Join(co, ".git"))
-			os.WriteFile(filepath.Join(co, ".git"), []byte("gitdir: "+filepath.Join(repo, ".git")+"\n"), 0o644)
-		}, "the repository of", true},
-		{"HEAD a symlink", func(t *testing.T, sb *Sandbox) {
-			p := filepath.Join(sb.Isolation().Checkout, ".git/HEAD")
-			os.Remove(p)
-			os.Symlink(filepath.Join(repo, ".git/HEAD"), p)
-		}, "HEAD", true},
-		{"index a FIFO", func(t *testing.T, sb *Sandbox) {
-			p := filepath.Join(sb.Isolation().Checkout, ".git/index")
-			os.Remove(p)
-			syscall.Mkfifo(p, 0o644)
-		}, "not a regular file", true},
-		{"index garbage", func(t *testing.T, sb *Sandbox) {
-			p := filepath.Join(sb.Isolation().Checkout, ".git/index")
-			os.Remove(p)
-			os.WriteFile(p, append([]byte("DIRC\x00\x00\x00\x02\x7f\xff\xff\xff"), bytes.Repeat([]byte{0xff}, 4096)...), 0o644)
-		}, "index", true},
-		{"a work file a FIFO", func(t *testing.T, sb *Sandbox) {
-			p := filepath.Join(sb.Isolation().Checkout, "f")
-			os.Remove(p)
-			syscall.Mkfifo(p, 0o644)
-		}, "", false},
-	}
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			sb := createIsolated(t, h, ref, repo, fmt.Sprintf("h%d", i))
-			os.WriteFile(filepath.Join(sb.Isolation().Checkout, "work"), []byte("w\n"), 0o644)
-			tt.attack(t, sb)
-			before, objs := userState(t, repo), objectFiles(t, repo)
-			err := sb.Diff(t.Context(), io.Discard, DiffOptions{})
-			if (err != nil) != tt.diffErr {
-				t.Errorf("Diff: %v, want an error: %v", err, tt.diffErr)
-			}
-			l, err := sb.Land(t.Context(), LandOptions{})
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Errorf("Land: %v", err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Errorf("Land = %+v, %v; want an error with %q", l, err, tt.wantErr)
-			case tt.wantErr != "":
-				if after := userState(t, repo); after != before {
-					t.Errorf("the user's repository changed:\n%s\nthen\n%s", before, after)
-				}
-				if after := objectFiles(t, repo); !slices.Equal(after, objs) {
-					t.Errorf("objects were written into the user's repository: %d files, then %d", len(objs), len(after))
-				}
-				if out, _ := exec.Command("git", "-C", repo, "rev-parse", "--verify", "-q", "krunbox/"+sb.Name()).Output(); len(out) > 0 {
-					t.Errorf("branch krunbox/%s made", sb.Name())
-				}
-			}
-			if _, err := os.Stat(marker); err == nil {
-				t.Fatal("something the guest wrote ran on the host")
-			}
-		})
-	}
-}
-
-func mustHex(t *testing.T, s string) []byte {
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// A user's repository whose HEAD names a path git refuses (.GIT, a
-// case variant of .git) is refused with a clear error, by the host's git
-// and by go-git alike, and nothing is written outside the sandbox.
-func TestIsolatedCheckoutRefusesBadTree(t *testing.T) {
-	repo := gitRepo(t)
-	blob := gitOut(t, repo, "hash-object", "-w", "f")
-	var b bytes.Buffer
-	b.WriteString("100644 .GIT\x00")
-	b.Write(mustHex(t, blob))
-	cmd := exec.Command("git", "hash-object", "-w", "-t", "tree", "--literally", "--stdin")
-	cmd.Dir, cmd.Stdin = repo, &b
-	tree, err := cmd.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := gitOut(t, repo, "commit-tree", "-m", "evil", strings.TrimSpace(string(tree)))
-	gitOut(t, repo, "update-ref", "refs/heads/main", c)
-	h, ref := testHost(t)
-	for _, git := range []string{"git", ""} {
-		t.Run("git="+git, func(t *testing.T) {
-			defer func(g string) { gitBinary = g }(gitBinary)
-			gitBinary = git
-			_, err := h.Create(t.Context(), Config{Name: "bad" + git, Image: ref, Workspace: repo, Isolate: true})
-			if err == nil || !strings.Contains(err.Error(), ".GIT") {
-				t.Errorf("Create of a HEAD naming .GIT: %v", err)
-			}
-			if _, err := h.Get("bad" + git); err == nil {
-				t.Error("the sandbox exists")
-			}
-		})
-	}
-}
-
-// Symlinks the guest plants in its checkout are read as symlinks: Diff
-// and Land take the link, never what it points to; Export copies neither
-// it nor anything through it.
-func TestIsolatedSymlinks(t *testing.T) {
-	repo, _ := hostileRepo(t)
-	h, ref := testHost(t)
-	sb := createIsolated(t, h, ref, repo, "links")
-	co := sb.Isolation().Checkout
-	os.RemoveAll(filepath.Join(co, "dir"))
-	os.Symlink("/etc", filepath.Join(co, "dir"))           // a directory replaced by a link out
-	os.Symlink("/etc/passwd", filepath.Join(co, "passwd")) // a new link out
-	var b strings.Builder
-	if err := sb.Diff(t.Context(), &b, DiffOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(b.String(), "root:") {
-		t.Errorf("Diff read through a symlink:\n%s", b.String())
-	}
-	if !strings.Contains(b.String(), "+/etc/passwd") || !strings.Contains(b.String(), "deleted file mode 100644") {
-		t.Errorf("Diff:\n%s", b.String())
-	}
-	if _, err := sb.Land(t.Context(), LandOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if got := gitOut(t, repo, "cat-file", "-p", "krunbox/links:passwd"); got != "/etc/passwd" {
-		t.Errorf("passwd on the branch: %q, want the link's target", got)
-	}
-	if got := gitOut(t, repo, "ls-tree", "krunbox/links", "dir"); !strings.HasPrefix(got, "120000 blob") {
-		t.Errorf("dir on the branch: %q, want a symlink", got)
+	if u, err := sb.Unlanded(t.Context()); err != nil || u {
+		t.Errorf("Unlanded once landed = %v, %v", u, err)
 	}
 	dst := filepath.Join(t.TempDir(), "out")
-	if err := sb.Export(t.Context(), dst, "passwd", "f"); err == nil || !strings.Contains(err.Error(), "passwd") {
-		t.Errorf("Export of a symlink: %v", err)
+	if err := sb.Export(t.Context(), dst, "f"); err != nil {
+		t.Errorf("Export: %v", err)
+	} else if b, err := os.ReadFile(filepath.Join(dst, "f")); err != nil || string(b) != "y\n" {
+		t.Errorf("exported f = %q, %v", b, err)
 	}
-	if _, err := os.Lstat(filepath.Join(dst, "passwd")); err == nil {
-		t.Error("the symlink was exported")
+
+	// A path of 4352 bytes in the checkout: over GitLimits.PathBytes.
+	root, err := os.OpenRoot(iso.Checkout)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := sb.Export(t.Context(), filepath.Join(t.TempDir(), "out2"), "dir/passwd"); err == nil {
-		t.Error("Export through a symlinked directory: no error")
+	defer root.Close()
+	for p := strings.Repeat("d", 255); len(p) < 4400; p += "/" + strings.Repeat("d", 255) {
+		if err := root.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, f := range map[string]func() error{
+		"Changes":  func() error { _, err := sb.Changes(t.Context()); return err },
+		"Diff":     func() error { return sb.Diff(t.Context(), io.Discard, DiffOptions{}) },
+		"Land":     func() error { _, err := sb.Land(t.Context(), LandOptions{}); return err },
+		"Unlanded": func() error { _, err := sb.Unlanded(t.Context()); return err },
+	} {
+		err := f()
+		var le *GitLimitError
+		var h interface{ Hint() string }
+		if !errors.As(err, &le) || le.Limit != "PathBytes" || le.Max != int64(DefaultGitLimits().PathBytes) || !errors.Is(err, confine.ErrTooLarge) ||
+			!strings.Contains(err.Error(), sb.Name()) || !strings.Contains(err.Error(), "over the bound GitLimits.PathBytes = 4096") ||
+			!errors.As(err, &h) || h.Hint() != le.Hint() {
+			t.Errorf("%s of a checkout with a path over the bound: %v, want a *GitLimitError of PathBytes", name, err)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("something ran on the host")
+	}
+
+	plain, err := h.Create(t.Context(), Config{Name: "plain", Image: ref, Workspace: repo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Remove(context.Background())
+	if plain.Isolation() != nil {
+		t.Errorf("Isolation of a sandbox not isolated = %+v", plain.Isolation())
+	}
+	for name, f := range map[string]func() error{
+		"Changes": func() error { _, err := plain.Changes(t.Context()); return err },
+		"Diff":    func() error { return plain.Diff(t.Context(), io.Discard, DiffOptions{}) },
+		"Land":    func() error { _, err := plain.Land(t.Context(), LandOptions{}); return err },
+		"Export":  func() error { return plain.Export(t.Context(), filepath.Join(t.TempDir(), "x"), "f") },
+	} {
+		if err := f(); !errors.Is(err, ErrNotIsolated) || !strings.Contains(err.Error(), "plain") {
+			t.Errorf("%s of a sandbox not isolated: %v, want ErrNotIsolated", name, err)
+		}
+	}
+	if u, err := plain.Unlanded(t.Context()); err != nil || u {
+		t.Errorf("Unlanded of a sandbox not isolated = %v, %v; want false", u, err)
 	}
 }
 
-// A worktree of a repository is isolated from its own HEAD, and lands in
-// its repository.
-func TestIsolatedFromAWorktree(t *testing.T) {
-	repo := gitRepo(t)
-	wt := filepath.Join(t.TempDir(), "wt")
-	gitOut(t, repo, "worktree", "add", "-q", "-b", "side", wt)
-	os.WriteFile(filepath.Join(wt, "f"), []byte("side\n"), 0o644)
-	gitOut(t, wt, "commit", "-qam", "side")
+// Create refuses a user's repository whose HEAD names a path git refuses
+// (.GIT, a case variant of .git) with a clear error, and leaves no
+// sandbox behind.
+func TestIsolatedCheckoutRefusesBadTree(t *testing.T) {
+	repo := gittest.BadTree(t)
 	h, ref := testHost(t)
-	for _, git := range []string{"git", ""} {
-		t.Run("git="+git, func(t *testing.T) {
-			defer func(g string) { gitBinary = g }(gitBinary)
-			gitBinary = git
-			sb := createIsolated(t, h, ref, wt, "wt"+git)
-			if sb.Isolation().Base != gitOut(t, wt, "rev-parse", "HEAD") {
-				t.Errorf("base %s, want the worktree's HEAD", sb.Isolation().Base)
-			}
-			co := sb.Isolation().Checkout
-			if b, _ := os.ReadFile(filepath.Join(co, "f")); string(b) != "side\n" {
-				t.Errorf("f = %q", b)
-			}
-			os.WriteFile(filepath.Join(co, "g"), []byte("g\n"), 0o644)
-			if _, err := sb.Land(t.Context(), LandOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if got := gitOut(t, repo, "show", "krunbox/wt"+git+":g"); got != "g" {
-				t.Errorf("g on the branch, from the main checkout: %q", got)
-			}
-		})
+	if _, err := h.Create(t.Context(), Config{Name: "bad", Image: ref, Workspace: repo, Isolate: true}); err == nil || !strings.Contains(err.Error(), ".GIT") {
+		t.Errorf("Create of a HEAD naming .GIT: %v", err)
+	}
+	if _, err := h.Get("bad"); err == nil {
+		t.Error("the sandbox exists")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 // Mount shares a host directory with the guest, live, over virtio-fs.
@@ -118,7 +119,7 @@ func resolveMounts(mounts []Mount) ([]Mount, error) {
 	}
 	for i, a := range out {
 		for _, b := range out[i+1:] {
-			if within(a.GuestPath, b.GuestPath) || within(b.GuestPath, a.GuestPath) {
+			if confine.Within(a.GuestPath, b.GuestPath) || confine.Within(b.GuestPath, a.GuestPath) {
 				return nil, fmt.Errorf("%w: %s and %s overlap in the guest at %s and %s", ErrInvalidMount, a.HostPath, b.HostPath, a.GuestPath, b.GuestPath)
 			}
 		}
@@ -151,7 +152,7 @@ func resolveMount(m Mount) (Mount, error) {
 	}
 	guest = filepath.Clean(guest)
 	for _, r := range reservedGuestPaths {
-		if guest == r || (r != "/" && within(r, guest)) {
+		if guest == r || (r != "/" && confine.Within(r, guest)) {
 			return Mount{}, fmt.Errorf("%w %s: guest path %s would shadow %s", ErrInvalidMount, m.HostPath, guest, r)
 		}
 	}
@@ -223,11 +224,11 @@ func refuseExposure(mounts []Mount, own []ownDir) error {
 		}
 		real, links := resolveOwn(abs)
 		for _, m := range mounts {
-			if within(m.HostPath, real) || within(real, m.HostPath) {
+			if confine.Within(m.HostPath, real) || confine.Within(real, m.HostPath) {
 				return &exposureError{fmt.Errorf("%w %s: it would give the guest krunbox's %s (%s)", ErrInvalidMount, m.HostPath, d.what, real)}
 			}
 			for _, l := range links {
-				if within(m.HostPath, l) {
+				if confine.Within(m.HostPath, l) {
 					return &exposureError{fmt.Errorf("%w %s: it holds %s, the symlink through which krunbox finds its %s (%s): the guest could point it elsewhere", ErrInvalidMount, m.HostPath, l, d.what, real)}
 				}
 			}
@@ -282,28 +283,6 @@ func resolveOwn(p string) (string, []string) {
 	return resolved, links
 }
 
-// within reports whether path is dir or below it. Both are clean and
-// absolute.
-func within(dir, path string) bool {
-	if dir == "/" {
-		return true
-	}
-	return path == dir || strings.HasPrefix(path, dir+"/")
-}
-
 // mountTag is the virtio-fs tag of the i-th mount: short, since libkrun
 // allows at most 36 bytes.
 func mountTag(i int) string { return fmt.Sprintf("kb%d", i) }
-
-// dedupeWithin drops the paths that lie within another path of the list.
-func dedupeWithin(paths []string) []string {
-	slices.Sort(paths)
-	paths = slices.Compact(paths)
-	var out []string
-	for _, p := range paths {
-		if len(out) == 0 || !within(out[len(out)-1], p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}

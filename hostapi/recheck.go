@@ -8,6 +8,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/krunbox/krunbox/hostapi/internal/gitprotect"
 	"github.com/krunbox/krunbox/internal/confine"
 )
 
@@ -36,12 +37,12 @@ func (s *Sandbox) checkMounts() error {
 		return nil
 	}
 	ws := s.rec.Mounts[0].HostPath // sandboxMounts puts the workspace first
-	dirs, err := gitDirsOutside(ws)
+	dirs, err := gitprotect.DirsOutside(ws)
 	if err != nil {
 		return &shareChangedError{name: s.name, err: fmt.Errorf("%w: workspace %s: %w", ErrInvalidMount, ws, err)}
 	}
 	for _, d := range dirs {
-		if !slices.ContainsFunc(s.rec.Mounts, func(m Mount) bool { return within(m.HostPath, d) }) {
+		if !slices.ContainsFunc(s.rec.Mounts, func(m Mount) bool { return confine.Within(m.HostPath, d) }) {
 			return &shareChangedError{name: s.name, err: fmt.Errorf("%w: the .git file of workspace %s now names %s, which was not shared when the sandbox was created: not sharing it", ErrInvalidMount, ws, d)}
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/hostapi/internal/agentbin"
+	"github.com/krunbox/krunbox/hostapi/internal/isolate"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/atomicfile"
 	"github.com/krunbox/krunbox/internal/logfile"
@@ -57,7 +58,7 @@ type record struct {
 	Placeholders map[string]string `json:"placeholders,omitempty"`
 	// Isolate is the isolated checkout, for Config.Isolate; its shares
 	// are the first two Mounts.
-	Isolate *isolateRecord `json:"isolate,omitempty"`
+	Isolate *isolate.Record `json:"isolate,omitempty"`
 }
 
 // imageRef is the image a sandbox was made from.

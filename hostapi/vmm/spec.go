@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/krunbox/krunbox/internal/atomicfile"
+	"github.com/krunbox/krunbox/internal/confine"
 	"github.com/krunbox/krunbox/internal/logfile"
 	"github.com/krunbox/krunbox/internal/netpolicy"
 	"github.com/krunbox/krunbox/internal/netstack"
@@ -303,7 +304,7 @@ func (s *Spec) Validate() error {
 			bad("protected path %q: want a clean absolute path", p.Path)
 			continue
 		}
-		if !slices.ContainsFunc(s.Shares, func(sh Share) bool { return within(sh.HostPath, p.Path) }) {
+		if !slices.ContainsFunc(s.Shares, func(sh Share) bool { return confine.Within(sh.HostPath, p.Path) }) {
 			bad("protected path %s: not within a share", p.Path)
 		}
 	}
@@ -420,11 +421,6 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("invalid VM spec: %w", err)
 	}
 	return nil
-}
-
-// within reports whether path is dir or below it; both clean and absolute.
-func within(dir, path string) bool {
-	return dir == "/" || path == dir || strings.HasPrefix(path, dir+"/")
 }
 
 // krunRlimits converts the limits to libkrun's numeric form.

@@ -1,4 +1,4 @@
-package hostapi
+package isolate
 
 import (
 	"bytes"
@@ -6,11 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+
+	"github.com/krunbox/krunbox/internal/testutil/gittest"
 )
 
 // Every name git refuses to check out with core.protectNTFS and
@@ -163,9 +164,8 @@ func gitVerifyPath(t *testing.T) func(name string, mode filemode.FileMode) bool 
 // Land refuses a path of the checkout with a name git refuses (.git in
 // any form a file system reads as .git, .gitmodules a symlink), with
 // --squash or not, nothing written into the user's repository.
-func TestIsolatedLandRefusesGitNames(t *testing.T) {
-	repo, _ := hostileRepo(t)
-	h, ref := testHost(t)
+func TestLandRefusesGitNames(t *testing.T) {
+	repo, _ := gittest.Hostile(t)
 	for i, p := range []string{
 		".GIT/hooks/post-checkout",
 		".git. /config",
@@ -179,8 +179,8 @@ func TestIsolatedLandRefusesGitNames(t *testing.T) {
 		".. /x",
 	} {
 		t.Run(p, func(t *testing.T) {
-			sb := createIsolated(t, h, ref, repo, fmt.Sprintf("names%d", i))
-			co := sb.Isolation().Checkout
+			ck := newCheckout(t, repo, fmt.Sprintf("names%d", i))
+			co := ck.path(WorkspaceDir)
 			full := filepath.Join(co, strings.TrimSuffix(p, "@"))
 			os.MkdirAll(filepath.Dir(full), 0o755)
 			var err error
@@ -192,22 +192,14 @@ func TestIsolatedLandRefusesGitNames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before, objs := userState(t, repo), objectFiles(t, repo)
+			before := snapshot(t, repo)
 			for _, squash := range []bool{false, true} {
-				l, err := sb.Land(t.Context(), LandOptions{Squash: squash})
+				l, err := ck.Land(t.Context(), squash)
 				if err == nil || !strings.Contains(err.Error(), "refuses") {
 					t.Errorf("Land (squash %v) = %+v, %v; want a name git refuses", squash, l, err)
 				}
 			}
-			if after := userState(t, repo); after != before {
-				t.Errorf("the user's repository changed:\n%s\nthen\n%s", before, after)
-			}
-			if after := objectFiles(t, repo); !slices.Equal(after, objs) {
-				t.Errorf("objects were written into the user's repository: %d files, then %d", len(objs), len(after))
-			}
-			if out, _ := exec.Command("git", "-C", repo, "rev-parse", "--verify", "-q", "krunbox/"+sb.Name()).Output(); len(out) > 0 {
-				t.Errorf("branch krunbox/%s made", sb.Name())
-			}
+			before.unchanged(t, repo, ck.Record.Branch)
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package hostapi
+package isolate
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 // a few hundred KB names gigabytes. r is read through an indexBounds,
 // which refuses the index as soon as what it names crosses lim, before
 // go-git has decoded (or allocated) it.
-func readIndex(r io.Reader, lim GitLimits) (*index.Index, error) {
+func readIndex(r io.Reader, lim Limits) (*index.Index, error) {
 	b := &indexBounds{r: r, lim: lim, need: ixHeaderLen}
 	idx := &index.Index{}
 	err := index.NewDecoder(b).Decode(idx)
@@ -57,7 +57,7 @@ const (
 // unread; go-git checks the checksum.
 type indexBounds struct {
 	r   io.Reader
-	lim GitLimits
+	lim Limits
 	err error // the bound crossed, for good
 
 	part    int
@@ -175,7 +175,7 @@ func (b *indexBounds) startEntries() error {
 		return nil
 	}
 	if int64(b.count) > int64(b.lim.Files) {
-		return &GitLimitError{What: fmt.Sprintf("%d entries", b.count), Limit: "Files", Max: int64(b.lim.Files)}
+		return &LimitError{What: fmt.Sprintf("%d entries", b.count), Limit: "Files", Max: int64(b.lim.Files)}
 	}
 	b.left = b.count
 	b.nextEntry()
@@ -213,7 +213,7 @@ func (b *indexBounds) startName() {
 // checkName checks the name read so far against lim.PathBytes.
 func (b *indexBounds) checkName() error {
 	if b.name > b.lim.PathBytes {
-		return &GitLimitError{What: fmt.Sprintf("entry %d names a path of %d bytes or more", b.entry(), b.name), Limit: "PathBytes", Max: int64(b.lim.PathBytes)}
+		return &LimitError{What: fmt.Sprintf("entry %d names a path of %d bytes or more", b.entry(), b.name), Limit: "PathBytes", Max: int64(b.lim.PathBytes)}
 	}
 	return nil
 }
@@ -224,7 +224,7 @@ func (b *indexBounds) endName() error {
 		return err
 	}
 	if b.total += int64(b.name); b.total > b.lim.PathsBytes {
-		return &GitLimitError{What: fmt.Sprintf("the paths of its first %d entries hold %d bytes", b.entry(), b.total), Limit: "PathsBytes", Max: b.lim.PathsBytes}
+		return &LimitError{What: fmt.Sprintf("the paths of its first %d entries hold %d bytes", b.entry(), b.total), Limit: "PathsBytes", Max: b.lim.PathsBytes}
 	}
 	b.prev = b.name
 	if b.version == 4 {

@@ -1,17 +1,13 @@
-package hostapi
+package isolate
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 	"path"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -24,20 +20,11 @@ import (
 	"github.com/krunbox/krunbox/internal/confine"
 )
 
-// Bounds of what Land and Export copy.
-const (
-	maxLand   = 2 << 30 // bytes of the objects one Land copies (held in memory until verified)
-	maxExport = 8 << 30 // bytes of the files one Export copies
-)
+// maxLand bounds the bytes of the objects one Land copies (held in memory
+// until verified).
+const maxLand = 2 << 30
 
-// LandOptions says how Land makes the branch.
-type LandOptions struct {
-	// Squash makes one commit of all the sandbox's work on its base,
-	// instead of its commits and one more for what is not committed.
-	Squash bool
-}
-
-// Landed is what Land made in the user's repository.
+// Landed is what Land made in the user's repository: hostapi.Landed.
 type Landed struct {
 	// Branch is the branch made or moved, krunbox/NAME.
 	Branch string
@@ -64,7 +51,7 @@ type copier struct {
 	from  storer.EncodedObjectStorer // the sandbox's
 	user  storer.EncodedObjectStorer // the user's, read to skip what it has
 	mem   *memory.Storage
-	lim   GitLimits
+	lim   Limits
 	bytes int64
 }
 
@@ -112,7 +99,7 @@ func (c *copier) tree(h plumbing.Hash, depth int) error {
 		return nil
 	}
 	if depth > c.lim.TreeDepth {
-		return &GitLimitError{What: fmt.Sprintf("tree %s: %d directories deep", h, depth), Limit: "TreeDepth", Max: int64(c.lim.TreeDepth)}
+		return &LimitError{What: fmt.Sprintf("tree %s: %d directories deep", h, depth), Limit: "TreeDepth", Max: int64(c.lim.TreeDepth)}
 	}
 	o, err := c.object(plumbing.TreeObject, h)
 	if err != nil {
@@ -124,7 +111,7 @@ func (c *copier) tree(h plumbing.Hash, depth int) error {
 	}
 	for _, e := range t.Entries {
 		if len(e.Name) > c.lim.PathBytes {
-			return &GitLimitError{What: fmt.Sprintf("tree %s: a name of %d bytes", h, len(e.Name)), Limit: "PathBytes", Max: int64(c.lim.PathBytes)}
+			return &LimitError{What: fmt.Sprintf("tree %s: a name of %d bytes", h, len(e.Name)), Limit: "PathBytes", Max: int64(c.lim.PathBytes)}
 		}
 		if err := checkTreeName(e.Name, e.Mode); err != nil {
 			return fmt.Errorf("tree %s: %w", h, err)
@@ -240,7 +227,6 @@ func treeSortName(e object.TreeEntry) string {
 	return e.Name
 }
 
-// commit stores a commit.
 // commit makes the commit of tree on parents, or returns landed's (the
 // branch's commit that krunbox last landed, nil if none) when it is that
 // commit already: landing the same work again changes nothing, whatever
@@ -314,26 +300,22 @@ func (c *copier) final(w *work) (plumbing.Hash, bool, error) {
 	return t, true, err
 }
 
-// Land makes the work of the sandbox's isolated checkout a branch
-// krunbox/NAME of the user's repository: the sandbox's commits over its
-// base and, when files are not committed, one more commit of them; with
-// opts.Squash, one commit of it all on the base. Nothing else of the
-// user's repository changes: no checkout, no merge, no other ref.
+// Land makes the work of the checkout its branch (Record.Branch) in the
+// user's repository: the sandbox's commits over its base and, when files
+// are not committed, one more commit of them; with squash, one commit of
+// it all on the base. Nothing else of the user's repository changes: no
+// checkout, no merge, no other ref.
 //
 // The guest's repository is read as Diff reads it. Every object is
 // verified before any is written (its content hashes to its name; a
 // commit and a tree decode; a tree names no path git refuses, such as
 // .git or ..), at most maxLand bytes in all; a corrupt or oversized
 // object leaves the user's repository as it was. A branch krunbox/NAME
-// that krunbox did not make, or that moved since, is refused.
-func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err error) {
-	defer recoverParse(s.name, &err)
-	unlock, err := s.lock(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	w, err := s.openWork(ctx)
+// that krunbox did not make, or that moved since, is refused. The caller
+// holds the sandbox's lock.
+func (c *Checkout) Land(ctx context.Context, squash bool) (_ *Landed, err error) {
+	defer recoverParse(c.Name, &err)
+	w, err := c.open(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -344,53 +326,53 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 	}
 	user, err := openGitStorage(iso.GitDir, iso.CommonDir, 1<<20)
 	if err != nil {
-		return nil, fmt.Errorf("land %s: the repository of %s: %w", s.name, iso.Project, err)
+		return nil, fmt.Errorf("land %s: the repository of %s: %w", c.Name, iso.Project, err)
 	}
 	defer user.Close()
 	name := plumbing.NewBranchReferenceName(iso.Branch)
 	var old *plumbing.Reference
 	switch cur, err := user.Reference(name); {
 	case err == nil:
-		prev, _ := s.lastLanded()
+		prev, _ := c.lastLanded()
 		if prev == nil || cur.Hash().String() != prev.Commit {
-			return nil, fmt.Errorf("land %s: branch %s of %s exists and is not what krunbox last landed: rename or delete it first", s.name, iso.Branch, iso.Project)
+			return nil, fmt.Errorf("land %s: branch %s of %s exists and is not what krunbox last landed: rename or delete it first", c.Name, iso.Branch, iso.Project)
 		}
 		old = cur
 	case !errors.Is(err, plumbing.ErrReferenceNotFound):
-		return nil, fmt.Errorf("land %s: %w", s.name, err)
+		return nil, fmt.Errorf("land %s: %w", c.Name, err)
 	}
-	c := &copier{from: w.objects, user: user, mem: memory.NewStorage(), lim: w.lim}
+	cp := &copier{from: w.objects, user: user, mem: memory.NewStorage(), lim: w.lim}
 	base := plumbing.NewHash(iso.Base)
 	tip, commits := w.head.Hash, 0
-	if !opts.Squash {
-		if commits, err = c.branchCommits(w.head.Hash); err != nil {
-			return nil, fmt.Errorf("land %s: %w", s.name, err)
+	if !squash {
+		if commits, err = cp.branchCommits(w.head.Hash); err != nil {
+			return nil, fmt.Errorf("land %s: %w", c.Name, err)
 		}
 	}
-	tree, dirty, err := c.final(w)
+	tree, dirty, err := cp.final(w)
 	if err != nil {
-		return nil, fmt.Errorf("land %s: %w", s.name, err)
+		return nil, fmt.Errorf("land %s: %w", c.Name, err)
 	}
 	switch {
-	case opts.Squash:
-		if err := c.tree(tree, 0); err != nil {
-			return nil, fmt.Errorf("land %s: %w", s.name, err)
+	case squash:
+		if err := cp.tree(tree, 0); err != nil {
+			return nil, fmt.Errorf("land %s: %w", c.Name, err)
 		}
 		baseCommit, err := object.GetCommit(w.objects, base)
 		if err != nil {
-			return nil, fmt.Errorf("land %s: base: %w", s.name, err)
+			return nil, fmt.Errorf("land %s: base: %w", c.Name, err)
 		}
 		if tree == baseCommit.TreeHash {
 			tip = base
 			break
 		}
-		tip, err = c.commit(old, tree, []plumbing.Hash{base}, fmt.Sprintf("krunbox %s: the sandbox's work on %s\n", s.name, iso.Base[:12]))
+		tip, err = cp.commit(old, tree, []plumbing.Hash{base}, fmt.Sprintf("krunbox %s: the sandbox's work on %s\n", c.Name, iso.Base[:12]))
 		if err != nil {
 			return nil, err
 		}
 		commits = 1
 	case dirty:
-		tip, err = c.commit(old, tree, []plumbing.Hash{w.head.Hash}, fmt.Sprintf("krunbox %s: work not committed in the sandbox\n", s.name))
+		tip, err = cp.commit(old, tree, []plumbing.Hash{w.head.Hash}, fmt.Sprintf("krunbox %s: work not committed in the sandbox\n", c.Name))
 		if err != nil {
 			return nil, err
 		}
@@ -405,65 +387,61 @@ func (s *Sandbox) Land(ctx context.Context, opts LandOptions) (_ *Landed, err er
 		return res, nil
 	}
 	// Verified, all of it: now written.
-	iter, err := c.mem.IterEncodedObjects(plumbing.AnyObject)
+	iter, err := cp.mem.IterEncodedObjects(plumbing.AnyObject)
 	if err != nil {
 		return nil, err
 	}
 	if err := iter.ForEach(func(o plumbing.EncodedObject) error {
-		if c.user.HasEncodedObject(o.Hash()) == nil {
+		if cp.user.HasEncodedObject(o.Hash()) == nil {
 			return nil
 		}
 		_, err := user.SetEncodedObject(o)
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("land %s: write objects into %s: %w", s.name, iso.Project, err)
+		return nil, fmt.Errorf("land %s: write objects into %s: %w", c.Name, iso.Project, err)
 	}
 	if err := user.CheckAndSetReference(plumbing.NewHashReference(name, tip), old); err != nil {
-		return nil, fmt.Errorf("land %s: branch %s: %w", s.name, iso.Branch, err)
+		return nil, fmt.Errorf("land %s: branch %s: %w", c.Name, iso.Branch, err)
 	}
-	if err := s.writeLanded(&landRecord{Commit: tip.String(), Tree: tree.String()}); err != nil {
-		return nil, fmt.Errorf("land %s: %w", s.name, err)
+	if err := c.writeLanded(&landRecord{Commit: tip.String(), Tree: tree.String()}); err != nil {
+		return nil, fmt.Errorf("land %s: %w", c.Name, err)
 	}
 	res.Unchanged = tip == base
 	return res, nil
 }
 
-func (s *Sandbox) lastLanded() (*landRecord, error) {
-	b, err := confine.ReadFileNoSymlinks(s.path(landedFile), confine.DefaultMaxRead)
+func (c *Checkout) lastLanded() (*landRecord, error) {
+	b, err := confine.ReadFileNoSymlinks(c.path(landedFile), confine.DefaultMaxRead)
 	if err != nil {
 		return nil, err
 	}
 	var r landRecord
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", s.path(landedFile), err)
+		return nil, fmt.Errorf("%s: %w", c.path(landedFile), err)
 	}
 	return &r, nil
 }
 
-func (s *Sandbox) writeLanded(r *landRecord) error {
+func (c *Checkout) writeLanded(r *landRecord) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(s.path(landedFile), append(b, '\n'), 0o600)
+	return atomicfile.Write(c.path(landedFile), append(b, '\n'), 0o600)
 }
 
-// Unlanded reports whether the sandbox's isolated checkout holds work
-// that Land has not put in the user's repository: files that differ
-// from its base, in a state not landed last. It is false for a sandbox
-// that is not isolated.
-func (s *Sandbox) Unlanded(ctx context.Context) (_ bool, err error) {
-	defer recoverParse(s.name, &err)
-	if s.rec.Isolate == nil {
-		return false, nil
-	}
-	w, err := s.openWork(ctx)
+// Unlanded reports whether the checkout holds work that Land has not put
+// in the user's repository: files that differ from its base, in a state
+// not landed last.
+func (c *Checkout) Unlanded(ctx context.Context) (_ bool, err error) {
+	defer recoverParse(c.Name, &err)
+	w, err := c.open(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer w.close()
-	c := &copier{from: w.objects, user: w.objects, mem: memory.NewStorage(), lim: w.lim}
-	tree, _, err := c.final(w)
+	cp := &copier{from: w.objects, user: w.objects, mem: memory.NewStorage(), lim: w.lim}
+	tree, _, err := cp.final(w)
 	if err != nil {
 		return false, err
 	}
@@ -474,121 +452,6 @@ func (s *Sandbox) Unlanded(ctx context.Context) (_ bool, err error) {
 	if tree == base.TreeHash {
 		return false, nil
 	}
-	prev, err := s.lastLanded()
+	prev, err := c.lastLanded()
 	return err != nil || prev.Tree != tree.String(), nil
-}
-
-// Export copies the files and directories paths (relative to the
-// project, or absolute below it) of the sandbox's isolated checkout, as
-// they are now, into the new directory dir, which must not exist. They
-// are read below the checkout, at most maxExport bytes in all, with no
-// symlink followed; a symlink is not copied (it is listed in the error)
-// and neither is anything but regular files and directories (nor the
-// checkout's .git).
-func (s *Sandbox) Export(ctx context.Context, dir string, paths ...string) error {
-	if s.rec.Isolate == nil {
-		return fmt.Errorf("export from %s: %w", s.name, ErrNotIsolated)
-	}
-	if len(paths) == 0 {
-		return errors.New("export: no path")
-	}
-	rel, err := s.projectPaths(paths)
-	if err != nil {
-		return fmt.Errorf("export from %s: %w", s.name, err)
-	}
-	src, err := confine.OpenRootNoSymlinks(s.path(isolatedWorkspace))
-	if err != nil {
-		return fmt.Errorf("export from %s: %w", s.name, err)
-	}
-	defer src.Close()
-	for _, p := range rel {
-		if _, err := src.Lstat(p); err != nil {
-			return fmt.Errorf("export from %s: %w", s.name, err)
-		}
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("export from %s: %s exists: name a new directory", s.name, dir)
-		}
-		return fmt.Errorf("export from %s: %w", s.name, err)
-	}
-	dst, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer dst.Close()
-	var skipped []string
-	var copied int64
-	var copyPath func(p string) error
-	copyPath = func(p string) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		fi, err := src.Lstat(p)
-		if err != nil {
-			return err
-		}
-		switch {
-		case fi.IsDir():
-			if p == ".git" {
-				return nil
-			}
-			if err := confine.MkdirAll(dst, p, 0o755, false); err != nil {
-				return err
-			}
-			d, err := src.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
-			if err != nil {
-				return err
-			}
-			names, err := d.Readdirnames(-1)
-			d.Close()
-			if err != nil {
-				return err
-			}
-			slices.Sort(names)
-			for _, n := range names {
-				if err := copyPath(path.Join(p, n)); err != nil {
-					return err
-				}
-			}
-			return nil
-		case fi.Mode().IsRegular():
-			if d := path.Dir(p); d != "." {
-				if err := confine.MkdirAll(dst, d, 0o755, false); err != nil {
-					return err
-				}
-			}
-			in, err := src.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-			if err != nil {
-				return err
-			}
-			defer in.Close()
-			if fi, err = in.Stat(); err != nil || !fi.Mode().IsRegular() {
-				return errors.Join(err, fmt.Errorf("%s: %w", p, confine.ErrNotRegular))
-			}
-			if copied += fi.Size(); copied > maxExport {
-				return fmt.Errorf("%s: %w: the files exported are over %d bytes", p, confine.ErrTooLarge, int64(maxExport))
-			}
-			out, err := dst.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fi.Mode().Perm()&0o755)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(out, io.LimitReader(in, fi.Size()))
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			return err
-		}
-		skipped = append(skipped, p)
-		return nil
-	}
-	for _, p := range rel {
-		if err := copyPath(p); err != nil {
-			return fmt.Errorf("export from %s: %w", s.name, err)
-		}
-	}
-	if len(skipped) > 0 {
-		return fmt.Errorf("export from %s: not copied, neither files nor directories (symlinks, devices): %s", s.name, strings.Join(skipped, ", "))
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package hostapi
+package isolate
 
 import (
 	"bytes"
@@ -16,10 +16,12 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/utils/diff"
 	"github.com/sergi/go-diff/diffmatchpatch"
+
+	"github.com/krunbox/krunbox/internal/confine"
 )
 
 // Change is a file of an isolated checkout that differs from its base
-// commit, committed in the sandbox or not.
+// commit, committed in the sandbox or not: hostapi.Change.
 type Change struct {
 	// Path is relative to the project.
 	Path string
@@ -27,15 +29,6 @@ type Change struct {
 	// file) and FromMode and ToMode the git modes, e.g. 0100644.
 	From, To         string
 	FromMode, ToMode uint32
-}
-
-// DiffOptions selects what Diff reports.
-type DiffOptions struct {
-	// Paths narrows the diff to these files or directories, relative to
-	// the project (or absolute below it).
-	Paths []string
-	// Stat writes a summary (git's --stat) instead of the patch.
-	Stat bool
 }
 
 // changes compares the checkout with its base.
@@ -94,15 +87,15 @@ func underAny(p string, paths []string) bool {
 
 // projectPaths makes paths (relative to the project, or absolute below
 // it) clean and relative, refusing any outside the project.
-func (s *Sandbox) projectPaths(paths []string) ([]string, error) {
+func (c *Checkout) projectPaths(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
 		q := p
 		if path.IsAbs(q) {
-			if !within(s.rec.Config.Workspace, path.Clean(q)) && !within(s.rec.Isolate.Project, path.Clean(q)) {
-				return nil, fmt.Errorf("%s is outside the project %s", p, s.rec.Config.Workspace)
+			if !confine.Within(c.Workspace, path.Clean(q)) && !confine.Within(c.Record.Project, path.Clean(q)) {
+				return nil, fmt.Errorf("%s is outside the project %s", p, c.Workspace)
 			}
-			q = strings.TrimPrefix(strings.TrimPrefix(path.Clean(q), s.rec.Config.Workspace), s.rec.Isolate.Project)
+			q = strings.TrimPrefix(strings.TrimPrefix(path.Clean(q), c.Workspace), c.Record.Project)
 			q = strings.TrimPrefix(q, "/")
 			if q == "" {
 				q = "."
@@ -110,7 +103,7 @@ func (s *Sandbox) projectPaths(paths []string) ([]string, error) {
 		}
 		q = path.Clean(q)
 		if q == ".." || strings.HasPrefix(q, "../") {
-			return nil, fmt.Errorf("%s is outside the project %s", p, s.rec.Config.Workspace)
+			return nil, fmt.Errorf("%s is outside the project %s", p, c.Workspace)
 		}
 		if q == ".git" || strings.HasPrefix(q, ".git/") {
 			return nil, fmt.Errorf("%s is the sandbox's repository, not the project's files", p)
@@ -120,18 +113,19 @@ func (s *Sandbox) projectPaths(paths []string) ([]string, error) {
 	return out, nil
 }
 
-// Changes lists the files of the sandbox's isolated checkout that differ
-// from its base commit, committed in the sandbox or not (untracked files
-// that .gitignore does not ignore count), below paths (all when empty).
-// The checkout is read as openWork says: nothing the guest wrote runs.
-func (s *Sandbox) Changes(ctx context.Context, paths ...string) (_ []Change, err error) {
-	defer recoverParse(s.name, &err)
-	w, err := s.openWork(ctx)
+// Changes lists the files of the checkout that differ from its base
+// commit, committed in the sandbox or not (untracked files that
+// .gitignore does not ignore count), below paths (relative to the
+// project, or absolute below it; all when empty). The checkout is read
+// as open says: nothing the guest wrote runs.
+func (c *Checkout) Changes(ctx context.Context, paths []string) (_ []Change, err error) {
+	defer recoverParse(c.Name, &err)
+	w, err := c.open(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer w.close()
-	rel, err := s.projectPaths(paths)
+	rel, err := c.projectPaths(paths)
 	if err != nil {
 		return nil, err
 	}
@@ -139,22 +133,22 @@ func (s *Sandbox) Changes(ctx context.Context, paths ...string) (_ []Change, err
 	return out, err
 }
 
-// Diff writes the difference between the sandbox's base commit and its
-// isolated checkout now, as git diff does (a unified patch with a/ and b/
-// paths, or with opts.Stat a summary), for the files Changes lists.
+// Diff writes the difference between the base commit and the checkout
+// now, as git diff does (a unified patch with a/ and b/ paths, or with
+// stat a summary), for the files Changes lists below paths.
 //
 // The files are read and diffed one at a time, and written (or counted,
-// for the summary) before the next is read: at most GitLimits.DiffBytes
+// for the summary) before the next is read: at most Limits.DiffBytes
 // in all, the sizes of every file's two sides checked before any is
 // read.
-func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (err error) {
-	defer recoverParse(s.name, &err)
-	w, err := s.openWork(ctx)
+func (c *Checkout) Diff(ctx context.Context, out io.Writer, paths []string, stat bool) (err error) {
+	defer recoverParse(c.Name, &err)
+	w, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer w.close()
-	rel, err := s.projectPaths(opts.Paths)
+	rel, err := c.projectPaths(paths)
 	if err != nil {
 		return err
 	}
@@ -176,7 +170,7 @@ func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (er
 		if err != nil {
 			return err
 		}
-		if opts.Stat {
+		if stat {
 			stats = append(stats, fp.stat())
 			continue
 		}
@@ -184,7 +178,7 @@ func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (er
 			return err
 		}
 	}
-	if opts.Stat {
+	if stat {
 		return writeStat(out, stats)
 	}
 	return nil
@@ -193,9 +187,9 @@ func (s *Sandbox) Diff(ctx context.Context, out io.Writer, opts DiffOptions) (er
 // differ reads and diffs the files of one Diff.
 type differ struct {
 	w *work
-	// left is what it may still read, in bytes (GitLimits.DiffBytes).
+	// left is what it may still read, in bytes (Limits.DiffBytes).
 	left int64
-	// deadline ends the search for the smallest patches (GitLimits.DiffTime).
+	// deadline ends the search for the smallest patches (Limits.DiffTime).
 	deadline time.Time
 }
 
@@ -211,7 +205,7 @@ func (w *work) differ(changes []Change, pairs map[string][2]entry) (*differ, err
 				return nil, err
 			}
 			if sum += n; sum > w.lim.DiffBytes {
-				return nil, &GitLimitError{What: fmt.Sprintf("the %d files changed hold %d bytes or more", len(changes), sum), Limit: "DiffBytes", Max: w.lim.DiffBytes}
+				return nil, &LimitError{What: fmt.Sprintf("the %d files changed hold %d bytes or more", len(changes), sum), Limit: "DiffBytes", Max: w.lim.DiffBytes}
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package hostapi
+package isolate
 
 import (
 	"bytes"
@@ -88,7 +88,7 @@ func TestReadIndex(t *testing.T) {
 			if err := index.NewDecoder(bytes.NewReader(b)).Decode(want); err != nil {
 				t.Fatal(err)
 			}
-			lim := GitLimits{Files: len(paths), PathBytes: longest, PathsBytes: int64(total)}
+			lim := Limits{Files: len(paths), PathBytes: longest, PathsBytes: int64(total)}
 			for _, r := range []io.Reader{bytes.NewReader(b), &oneByte{b}} {
 				got, err := readIndex(r, lim)
 				if err != nil || !equalIndexes(got, want) {
@@ -97,14 +97,14 @@ func TestReadIndex(t *testing.T) {
 			}
 			for _, over := range []struct {
 				bound string
-				lim   GitLimits
+				lim   Limits
 			}{
-				{"Files", GitLimits{Files: len(paths) - 1, PathBytes: longest, PathsBytes: int64(total)}},
-				{"PathBytes", GitLimits{Files: len(paths), PathBytes: longest - 1, PathsBytes: int64(total)}},
-				{"PathsBytes", GitLimits{Files: len(paths), PathBytes: longest, PathsBytes: int64(total) - 1}},
+				{"Files", Limits{Files: len(paths) - 1, PathBytes: longest, PathsBytes: int64(total)}},
+				{"PathBytes", Limits{Files: len(paths), PathBytes: longest - 1, PathsBytes: int64(total)}},
+				{"PathsBytes", Limits{Files: len(paths), PathBytes: longest, PathsBytes: int64(total) - 1}},
 			} {
 				_, err := readIndex(bytes.NewReader(b), over.lim)
-				var le *GitLimitError
+				var le *LimitError
 				if !errors.As(err, &le) || le.Limit != over.bound || !errors.Is(err, confine.ErrTooLarge) {
 					t.Errorf("readIndex with %s one under: %v", over.bound, err)
 				}
@@ -171,22 +171,22 @@ func TestTreeFilesBounds(t *testing.T) {
 		treeBytes = 10*treeBytes + size
 	}
 	c := &object.Commit{TreeHash: tree}
-	lim := GitLimits{Files: files + dirs, PathBytes: len("d0/d0/d0/d0/f"), TreeDepth: 4, PathsBytes: max(paths, treeBytes)}
+	lim := Limits{Files: files + dirs, PathBytes: len("d0/d0/d0/d0/f"), TreeDepth: 4, PathsBytes: max(paths, treeBytes)}
 	got, err := treeFiles(st, c, lim)
 	if err != nil || len(got) != files {
 		t.Fatalf("treeFiles = %d files, %v; want %d", len(got), err, files)
 	}
 	for _, over := range []struct {
 		bound string
-		lim   GitLimits
+		lim   Limits
 	}{
-		{"Files", GitLimits{Files: files + dirs - 1, PathBytes: lim.PathBytes, TreeDepth: 4, PathsBytes: lim.PathsBytes}},
-		{"PathBytes", GitLimits{Files: lim.Files, PathBytes: lim.PathBytes - 1, TreeDepth: 4, PathsBytes: lim.PathsBytes}},
-		{"TreeDepth", GitLimits{Files: lim.Files, PathBytes: lim.PathBytes, TreeDepth: 3, PathsBytes: lim.PathsBytes}},
-		{"PathsBytes", GitLimits{Files: lim.Files, PathBytes: lim.PathBytes, TreeDepth: 4, PathsBytes: min(paths, treeBytes) - 1}},
+		{"Files", Limits{Files: files + dirs - 1, PathBytes: lim.PathBytes, TreeDepth: 4, PathsBytes: lim.PathsBytes}},
+		{"PathBytes", Limits{Files: lim.Files, PathBytes: lim.PathBytes - 1, TreeDepth: 4, PathsBytes: lim.PathsBytes}},
+		{"TreeDepth", Limits{Files: lim.Files, PathBytes: lim.PathBytes, TreeDepth: 3, PathsBytes: lim.PathsBytes}},
+		{"PathsBytes", Limits{Files: lim.Files, PathBytes: lim.PathBytes, TreeDepth: 4, PathsBytes: min(paths, treeBytes) - 1}},
 	} {
 		_, err := treeFiles(st, c, over.lim)
-		var le *GitLimitError
+		var le *LimitError
 		if !errors.As(err, &le) || le.Limit != over.bound {
 			t.Errorf("treeFiles with %s one under: %v", over.bound, err)
 		}
@@ -208,22 +208,22 @@ func TestScanBounds(t *testing.T) {
 	}
 	defer root.Close()
 	// a, a/bb, a/bb/ccc, d
-	lim := GitLimits{Files: 4, PathBytes: 8, PathsBytes: 1 + 4 + 8 + 1}
+	lim := Limits{Files: 4, PathBytes: 8, PathsBytes: 1 + 4 + 8 + 1}
 	w := &work{root: root, lim: lim.withDefaults()}
 	if err := w.scan(t.Context(), &index.Index{}, nil); err != nil || len(w.files) != 2 {
 		t.Fatalf("scan: %v, %d files", err, len(w.files))
 	}
 	for _, over := range []struct {
 		bound string
-		lim   GitLimits
+		lim   Limits
 	}{
-		{"Files", GitLimits{Files: 3, PathBytes: 8, PathsBytes: 14}},
-		{"PathBytes", GitLimits{Files: 4, PathBytes: 7, PathsBytes: 14}},
-		{"PathsBytes", GitLimits{Files: 4, PathBytes: 8, PathsBytes: 13}},
+		{"Files", Limits{Files: 3, PathBytes: 8, PathsBytes: 14}},
+		{"PathBytes", Limits{Files: 4, PathBytes: 7, PathsBytes: 14}},
+		{"PathsBytes", Limits{Files: 4, PathBytes: 8, PathsBytes: 13}},
 	} {
 		w := &work{root: root, lim: over.lim.withDefaults()}
 		err := w.scan(t.Context(), &index.Index{}, nil)
-		var le *GitLimitError
+		var le *LimitError
 		if !errors.As(err, &le) || le.Limit != over.bound {
 			t.Errorf("scan with %s one under: %v", over.bound, err)
 		}
@@ -299,7 +299,7 @@ func TestScanIgnores(t *testing.T) {
 	for _, p := range []string{".gitignore", "c", "sub1/.gitignore", "sub1/k", "sub2/secret"} {
 		hashed += int64(len(files[p]))
 	}
-	lim := GitLimits{IgnoreBytes: ignoreBytes, IgnoreMatches: matches, HashBytes: hashed}
+	lim := Limits{IgnoreBytes: ignoreBytes, IgnoreMatches: matches, HashBytes: hashed}
 	w := &work{root: root, lim: lim.withDefaults()}
 	if err := w.scan(t.Context(), &index.Index{}, nil); err != nil {
 		t.Fatal(err)
@@ -310,15 +310,15 @@ func TestScanIgnores(t *testing.T) {
 	}
 	for _, over := range []struct {
 		bound string
-		lim   GitLimits
+		lim   Limits
 	}{
-		{"IgnoreBytes", GitLimits{IgnoreBytes: ignoreBytes - 1, IgnoreMatches: matches, HashBytes: hashed}},
-		{"IgnoreMatches", GitLimits{IgnoreBytes: ignoreBytes, IgnoreMatches: matches - 1, HashBytes: hashed}},
-		{"HashBytes", GitLimits{IgnoreBytes: ignoreBytes, IgnoreMatches: matches, HashBytes: hashed - 1}},
+		{"IgnoreBytes", Limits{IgnoreBytes: ignoreBytes - 1, IgnoreMatches: matches, HashBytes: hashed}},
+		{"IgnoreMatches", Limits{IgnoreBytes: ignoreBytes, IgnoreMatches: matches - 1, HashBytes: hashed}},
+		{"HashBytes", Limits{IgnoreBytes: ignoreBytes, IgnoreMatches: matches, HashBytes: hashed - 1}},
 	} {
 		w := &work{root: root, lim: over.lim.withDefaults()}
 		err := w.scan(t.Context(), &index.Index{}, nil)
-		var le *GitLimitError
+		var le *LimitError
 		if !errors.As(err, &le) || le.Limit != over.bound {
 			t.Errorf("scan with %s one under: %v", over.bound, err)
 		}

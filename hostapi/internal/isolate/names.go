@@ -1,4 +1,4 @@
-package hostapi
+package isolate
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package hostapi
+package isolate
 
 import (
 	"bufio"
@@ -131,8 +131,8 @@ func BenchmarkIsolatedCheckout(b *testing.B) {
 			defer func(g string) { gitBinary = g }(gitBinary)
 			gitBinary = git
 			os.Mkdir(dst, 0o755)
-			rec := &record{Isolate: &isolateRecord{Project: repo, GitDir: filepath.Join(repo, ".git"), CommonDir: filepath.Join(repo, ".git"), Branch: "krunbox/bench"}}
-			if err := prepareIsolated(b.Context(), dst, rec); err != nil {
+			rec := &Record{Project: repo, GitDir: filepath.Join(repo, ".git"), CommonDir: filepath.Join(repo, ".git"), Branch: "krunbox/bench"}
+			if err := Prepare(b.Context(), dst, rec); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -174,7 +174,7 @@ func BenchmarkIsolatedCheckout(b *testing.B) {
 	b.ReportMetric(ms(3)/faster, "no-host-git/faster")
 }
 
-// BenchmarkIsolatedDiff measures Sandbox.Diff of an isolated checkout
+// BenchmarkIsolatedDiff measures Checkout.Diff (Sandbox.Diff) of an isolated checkout
 // of benchRepo with 100 files changed against git diff of a plain
 // checkout (git clone --local) with the same changes, taking turns in
 // each iteration. It reports each one's mean (ms) and krunbox's ratio.
@@ -194,14 +194,14 @@ func BenchmarkIsolatedDiff(b *testing.B) {
 	}
 	change(b, clone)
 	dir := b.TempDir()
-	rec := &record{Name: "bench", Config: Config{Workspace: repo}, Isolate: &isolateRecord{Project: repo, GitDir: filepath.Join(repo, ".git"), CommonDir: filepath.Join(repo, ".git"), Branch: "krunbox/bench"}}
-	if err := prepareIsolated(b.Context(), dir, rec); err != nil {
+	rec := &Record{Project: repo, GitDir: filepath.Join(repo, ".git"), CommonDir: filepath.Join(repo, ".git"), Branch: "krunbox/bench"}
+	if err := Prepare(b.Context(), dir, rec); err != nil {
 		b.Fatal(err)
 	}
-	change(b, filepath.Join(dir, isolatedWorkspace))
-	sb := &Sandbox{name: "bench", dir: dir, rec: rec}
+	change(b, filepath.Join(dir, WorkspaceDir))
+	ck := &Checkout{Name: "bench", Dir: dir, Workspace: repo, Record: rec}
 	var out strings.Builder
-	if err := sb.Diff(b.Context(), &out, DiffOptions{Stat: true}); err != nil || strings.Count(out.String(), "\n") != 101 {
+	if err := ck.Diff(b.Context(), &out, nil, true); err != nil || strings.Count(out.String(), "\n") != 101 {
 		b.Fatalf("Diff --stat: %v\n%s", err, out.String())
 	}
 	var gitT, krunboxT time.Duration
@@ -216,7 +216,7 @@ func BenchmarkIsolatedDiff(b *testing.B) {
 		}
 		gitT += time.Since(start)
 		start = time.Now()
-		if err := sb.Diff(b.Context(), io.Discard, DiffOptions{}); err != nil {
+		if err := ck.Diff(b.Context(), io.Discard, nil, false); err != nil {
 			b.Fatal(err)
 		}
 		krunboxT += time.Since(start)

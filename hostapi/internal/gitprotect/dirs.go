@@ -1,18 +1,18 @@
-package hostapi
+package gitprotect
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/krunbox/krunbox/hostapi/internal/gitconf"
 	"github.com/krunbox/krunbox/internal/confine"
 )
 
-// gitDirsOutside returns the git directories that a checkout at workspace
+// DirsOutside returns the git directories that a checkout at workspace
 // needs but that lie outside it: the worktree's own git directory and the
 // repository's common directory for a "git worktree", or the module
 // directory for a submodule. It returns nothing for an ordinary checkout
@@ -31,7 +31,7 @@ import (
 // read with a bound (confine.DefaultMaxRead), with no symlink on the way
 // to the directories resolved, and one that is not a regular file (a
 // FIFO, a device) is refused without blocking.
-func gitDirsOutside(workspace string) ([]string, error) {
+func DirsOutside(workspace string) ([]string, error) {
 	ws, err := confine.OpenRootNoSymlinks(workspace)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
@@ -45,14 +45,14 @@ func gitDirsOutside(workspace string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the .git file: %w", err)
 	}
-	gitdir, err := gitdirLine(dotgit, b)
+	gitdir, err := gitconf.GitdirLine(dotgit, b)
 	if err != nil {
 		return nil, err
 	}
-	if gitdir, err = resolveFrom(workspace, gitdir); err != nil {
+	if gitdir, err = gitconf.Resolve(workspace, gitdir); err != nil {
 		return nil, fmt.Errorf("git directory of %s: %w", workspace, err)
 	}
-	if within(workspace, gitdir) {
+	if confine.Within(workspace, gitdir) {
 		return nil, nil
 	}
 	back, err := leadsBack(gitdir, workspace)
@@ -60,18 +60,18 @@ func gitDirsOutside(workspace string) ([]string, error) {
 		return nil, fmt.Errorf("git directory %s of %s: %w", gitdir, workspace, err)
 	}
 	if !back {
-		return nil, &gitDirError{fmt.Errorf("%s names %s as its git directory, which does not belong to this checkout (nothing there leads back to it): not sharing it", dotgit, gitdir)}
+		return nil, &dirError{fmt.Errorf("%s names %s as its git directory, which does not belong to this checkout (nothing there leads back to it): not sharing it", dotgit, gitdir)}
 	}
 	dirs := []string{gitdir}
 	b, err = confine.ReadFileNoSymlinks(filepath.Join(gitdir, "commondir"), confine.DefaultMaxRead)
 	switch {
 	case err == nil:
-		common, err := resolveFrom(gitdir, strings.TrimSpace(string(b)))
+		common, err := gitconf.Resolve(gitdir, strings.TrimSpace(string(b)))
 		if err != nil {
 			return nil, fmt.Errorf("git common directory of %s: %w", workspace, err)
 		}
 		if filepath.Dir(gitdir) != filepath.Join(common, "worktrees") || !isFile(filepath.Join(common, "HEAD")) {
-			return nil, &gitDirError{fmt.Errorf("git directory %s names %s as its common directory, which does not hold it as a worktree: not sharing it", gitdir, common)}
+			return nil, &dirError{fmt.Errorf("git directory %s names %s as its common directory, which does not hold it as a worktree: not sharing it", gitdir, common)}
 		}
 		dirs = append(dirs, common)
 	case !errors.Is(err, fs.ErrNotExist):
@@ -79,22 +79,22 @@ func gitDirsOutside(workspace string) ([]string, error) {
 	}
 	var out []string
 	for _, d := range dedupeWithin(dirs) {
-		if !within(workspace, d) {
+		if !confine.Within(workspace, d) {
 			out = append(out, d)
 		}
 	}
 	return out, nil
 }
 
-// gitDirError refuses a git directory that does not belong to the
+// dirError refuses a git directory that does not belong to the
 // workspace.
-type gitDirError struct{ err error }
+type dirError struct{ err error }
 
-func (e *gitDirError) Error() string { return e.err.Error() }
-func (e *gitDirError) Unwrap() error { return e.err }
+func (e *dirError) Error() string { return e.err.Error() }
+func (e *dirError) Unwrap() error { return e.err }
 
 // Hint says how to repair a worktree whose links are broken.
-func (e *gitDirError) Hint() string {
+func (e *dirError) Hint() string {
 	return "if this is your worktree, run 'git worktree repair' in it or in its main repository; otherwise remove the .git file"
 }
 
@@ -106,7 +106,7 @@ func (e *gitDirError) Hint() string {
 func leadsBack(gitdir, workspace string) (bool, error) {
 	b, err := confine.ReadFileNoSymlinks(filepath.Join(gitdir, "gitdir"), confine.DefaultMaxRead)
 	if err == nil {
-		back, err := resolveFrom(gitdir, strings.TrimSpace(string(b)))
+		back, err := gitconf.Resolve(gitdir, strings.TrimSpace(string(b)))
 		return err == nil && back == filepath.Join(workspace, ".git"), nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
@@ -116,12 +116,12 @@ func leadsBack(gitdir, workspace string) (bool, error) {
 	if err != nil || wt == "" {
 		return false, err
 	}
-	back, err := resolveFrom(gitdir, wt)
+	back, err := gitconf.Resolve(gitdir, wt)
 	return err == nil && back == workspace, nil
 }
 
-// coreWorktree returns core.worktree from a git config file, or "" when
-// the file or the key is absent.
+// coreWorktree returns core.worktree from a git config file as git reads
+// it (its last value), or "" when the file or the key is absent.
 func coreWorktree(config string) (string, error) {
 	b, err := confine.ReadFileNoSymlinks(config, confine.DefaultMaxRead)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -130,32 +130,8 @@ func coreWorktree(config string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	inCore := false
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "[") {
-			inCore = strings.EqualFold(strings.Trim(line, "[] \t"), "core")
-			continue
-		}
-		key, value, ok := strings.Cut(line, "=")
-		if inCore && ok && strings.EqualFold(strings.TrimSpace(key), "worktree") {
-			return strings.Trim(strings.TrimSpace(value), `"`), nil
-		}
-	}
-	return "", nil
-}
-
-// resolveFrom resolves p, relative to dir when not absolute, to an
-// absolute path with symlinks resolved.
-func resolveFrom(dir, p string) (string, error) {
-	if p == "" {
-		return "", fmt.Errorf("empty path")
-	}
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(dir, p)
-	}
-	return filepath.EvalSymlinks(p)
+	wt, _ := gitconf.Last(gitconf.Parse(b), "core", "", "worktree")
+	return wt, nil
 }
 
 // isFile reports whether p, with no symlink on the way, is a regular file
@@ -165,11 +141,15 @@ func isFile(p string) bool {
 	return err == nil
 }
 
-// gitdirLine returns the path of the "gitdir: PATH" line of the .git file
-// at path, whose content is b.
-func gitdirLine(path string, b []byte) (string, error) {
-	if p, ok := parseGitdirFile(b); ok {
-		return p, nil
+// dedupeWithin drops the paths that lie within another path of the list.
+func dedupeWithin(paths []string) []string {
+	slices.Sort(paths)
+	paths = slices.Compact(paths)
+	var out []string
+	for _, p := range paths {
+		if len(out) == 0 || !confine.Within(out[len(out)-1], p) {
+			out = append(out, p)
+		}
 	}
-	return "", fmt.Errorf("%s has no \"gitdir:\" line", path)
+	return out
 }

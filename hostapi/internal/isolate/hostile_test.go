@@ -1,4 +1,4 @@
-package hostapi
+package isolate
 
 import (
 	"bufio"
@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +17,12 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
+
+	"github.com/krunbox/krunbox/internal/testutil/gittest"
 )
 
 // Bounds of the work a command may do on a hostile isolated checkout
-// before it fails: what tests of GitLimits assert.
+// before it fails: what tests of Limits assert.
 const (
 	hostileTime  = 10 * time.Second
 	hostileAlloc = 48 << 20 // bytes allocated, all goroutines
@@ -89,34 +90,33 @@ func writeIndexV4(t *testing.T, p string, n, step int, blob plumbing.Hash) {
 // A version-4 index of 300 KB whose prefix-compressed names grow 64
 // bytes an entry names 200 MB of paths: krunbox workspaces (Changes) and
 // diff refuse it while it is decoded, at once, having allocated little.
-func TestIsolatedHostileIndex(t *testing.T) {
-	repo, _ := hostileRepo(t)
-	h, ref := testHost(t)
-	sb := createIsolated(t, h, ref, repo, "index4")
-	p := filepath.Join(sb.Isolation().Checkout, ".git/index")
-	writeIndexV4(t, p, 2500, 64, plumbing.NewHash(sandboxGit(t, sb, "rev-parse", "HEAD:f")))
+func TestHostileIndex(t *testing.T) {
+	repo, _ := gittest.Hostile(t)
+	ck := newCheckout(t, repo, "index4")
+	p := filepath.Join(ck.path(WorkspaceDir), ".git/index")
+	writeIndexV4(t, p, 2500, 64, plumbing.NewHash(sandboxGit(t, ck, "rev-parse", "HEAD:f")))
 	if fi, err := os.Stat(p); err != nil || fi.Size() > 400<<10 {
 		t.Fatalf("the index: %v, %v", fi, err)
 	}
 	failsBounded(t, "Changes", "GitLimits.PathBytes", func() error {
-		_, err := sb.Changes(t.Context())
+		_, err := ck.Changes(t.Context(), nil)
 		return err
 	})
 	failsBounded(t, "Diff --stat", "GitLimits.PathBytes", func() error {
-		return sb.Diff(t.Context(), io.Discard, DiffOptions{Stat: true})
+		return ck.Diff(t.Context(), io.Discard, nil, true)
 	})
 }
 
 // looseTree writes the tree of entries (a mode, a name, an object) as a
 // loose object of the sandbox's repository and returns its hash.
-func looseTree(t *testing.T, sb *Sandbox, entries ...treeEntry) plumbing.Hash {
+func looseTree(t *testing.T, ck *Checkout, entries ...treeEntry) plumbing.Hash {
 	t.Helper()
 	var b bytes.Buffer
 	for _, e := range entries {
 		fmt.Fprintf(&b, "%o %s\x00", e.mode, e.name)
 		b.Write(e.hash[:])
 	}
-	return looseObjectOf(t, sb, plumbing.TreeObject, b.Bytes())
+	return looseObjectOf(t, ck, plumbing.TreeObject, b.Bytes())
 }
 
 type treeEntry struct {
@@ -127,20 +127,20 @@ type treeEntry struct {
 
 // looseObjectOf writes content as a loose object of type typ of the
 // sandbox's repository and returns its hash.
-func looseObjectOf(t *testing.T, sb *Sandbox, typ plumbing.ObjectType, content []byte) plumbing.Hash {
+func looseObjectOf(t *testing.T, ck *Checkout, typ plumbing.ObjectType, content []byte) plumbing.Hash {
 	t.Helper()
 	h := plumbing.ComputeHash(typ, content)
-	looseObject(t, sb, h.String(), fmt.Sprintf("%s %d", typ, len(content)), content)
+	looseObject(t, ck, h.String(), fmt.Sprintf("%s %d", typ, len(content)), content)
 	return h
 }
 
 // commitTree makes a commit of tree on the sandbox's HEAD and moves its
 // branch there, as the guest's git commit would.
-func commitTree(t *testing.T, sb *Sandbox, tree plumbing.Hash) {
+func commitTree(t *testing.T, ck *Checkout, tree plumbing.Hash) {
 	t.Helper()
-	head := sandboxGit(t, sb, "rev-parse", "HEAD")
-	c := looseObjectOf(t, sb, plumbing.CommitObject, fmt.Appendf(nil, "tree %s\nparent %s\nauthor g <g@g> 1700000000 +0000\ncommitter g <g@g> 1700000000 +0000\n\nhostile\n", tree, head))
-	ref := filepath.Join(sb.Isolation().Checkout, ".git/refs/heads", sb.Isolation().Branch)
+	head := sandboxGit(t, ck, "rev-parse", "HEAD")
+	c := looseObjectOf(t, ck, plumbing.CommitObject, fmt.Appendf(nil, "tree %s\nparent %s\nauthor g <g@g> 1700000000 +0000\ncommitter g <g@g> 1700000000 +0000\n\nhostile\n", tree, head))
+	ref := filepath.Join(ck.path(WorkspaceDir), ".git/refs/heads", ck.Record.Branch)
 	if err := os.WriteFile(ref, []byte(c.String()+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -149,10 +149,9 @@ func commitTree(t *testing.T, sb *Sandbox, tree plumbing.Hash) {
 // Trees of directories nested deep, or with long names, are refused by
 // land (with --squash or not) and by the check of rm (Unlanded) at
 // once, nothing written into the user's repository: a path is at most
-// GitLimits.PathBytes, through at most GitLimits.TreeDepth directories.
-func TestIsolatedHostileTrees(t *testing.T) {
-	repo, _ := hostileRepo(t)
-	h, ref := testHost(t)
+// Limits.PathBytes, through at most Limits.TreeDepth directories.
+func TestHostileTrees(t *testing.T) {
+	repo, _ := gittest.Hostile(t)
 	for _, tt := range []struct {
 		name  string
 		depth int
@@ -162,30 +161,25 @@ func TestIsolatedHostileTrees(t *testing.T) {
 		{"3000 directories deep", 3000, "d"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			sb := createIsolated(t, h, ref, repo, fmt.Sprintf("nested%d", tt.depth))
-			blob := looseObjectOf(t, sb, plumbing.BlobObject, []byte("deep\n"))
-			tree := looseTree(t, sb, treeEntry{filemode.Regular, "f", blob})
+			ck := newCheckout(t, repo, fmt.Sprintf("nested%d", tt.depth))
+			blob := looseObjectOf(t, ck, plumbing.BlobObject, []byte("deep\n"))
+			tree := looseTree(t, ck, treeEntry{filemode.Regular, "f", blob})
 			for range tt.depth {
-				tree = looseTree(t, sb, treeEntry{filemode.Dir, tt.dir, tree})
+				tree = looseTree(t, ck, treeEntry{filemode.Dir, tt.dir, tree})
 			}
-			commitTree(t, sb, tree)
-			before, objs := userState(t, repo), objectFiles(t, repo)
+			commitTree(t, ck, tree)
+			before := snapshot(t, repo)
 			for _, squash := range []bool{false, true} {
 				failsBounded(t, fmt.Sprintf("Land (squash %v)", squash), "over the bound GitLimits.", func() error {
-					_, err := sb.Land(t.Context(), LandOptions{Squash: squash})
+					_, err := ck.Land(t.Context(), squash)
 					return err
 				})
 			}
 			failsBounded(t, "Unlanded", "over the bound GitLimits.", func() error {
-				_, err := sb.Unlanded(t.Context())
+				_, err := ck.Unlanded(t.Context())
 				return err
 			})
-			if after := userState(t, repo); after != before {
-				t.Errorf("the user's repository changed:\n%s\nthen\n%s", before, after)
-			}
-			if after := objectFiles(t, repo); !slices.Equal(after, objs) {
-				t.Errorf("objects were written into the user's repository: %d files, then %d", len(objs), len(after))
-			}
+			before.unchanged(t, repo, ck.Record.Branch)
 		})
 	}
 }
@@ -193,13 +187,12 @@ func TestIsolatedHostileTrees(t *testing.T) {
 // One small object holding 30 MiB of text, named by 10 entries of the
 // index whose stat data match 10 small files (so that their content is
 // taken from the object), would make diff read 300 MiB: it is refused
-// before any is read, its sizes over GitLimits.DiffBytes.
-func TestIsolatedHostileBlob(t *testing.T) {
-	repo, _ := hostileRepo(t)
-	h, ref := testHost(t)
-	sb := createIsolated(t, h, ref, repo, "blob")
-	co := sb.Isolation().Checkout
-	blob := looseObjectOf(t, sb, plumbing.BlobObject, bytes.Repeat([]byte("x\n"), 15<<20))
+// before any is read, its sizes over Limits.DiffBytes.
+func TestHostileBlob(t *testing.T) {
+	repo, _ := gittest.Hostile(t)
+	ck := newCheckout(t, repo, "blob")
+	co := ck.path(WorkspaceDir)
+	blob := looseObjectOf(t, ck, plumbing.BlobObject, bytes.Repeat([]byte("x\n"), 15<<20))
 	if fi, err := os.Stat(filepath.Join(co, ".git/objects", blob.String()[:2], blob.String()[2:])); err != nil || fi.Size() > 1<<20 {
 		t.Fatalf("the object: %v, %v", fi, err)
 	}
@@ -223,11 +216,11 @@ func TestIsolatedHostileBlob(t *testing.T) {
 	f.Close()
 	for _, stat := range []bool{true, false} {
 		failsBounded(t, fmt.Sprintf("Diff (stat %v)", stat), "GitLimits.DiffBytes", func() error {
-			return sb.Diff(t.Context(), io.Discard, DiffOptions{Stat: stat})
+			return ck.Diff(t.Context(), io.Discard, nil, stat)
 		})
 	}
 	// Changes reads no file: it lists them.
-	ch, err := sb.Changes(t.Context())
+	ch, err := ck.Changes(t.Context(), nil)
 	if err != nil || len(ch) != 10 {
 		t.Errorf("Changes = %d, %v; want the 10 files", len(ch), err)
 	}
@@ -236,12 +229,11 @@ func TestIsolatedHostileBlob(t *testing.T) {
 // A .gitignore of 130k patterns, and files not tracked for them to be
 // tried on, would make the walk of the checkout (krunbox workspaces)
 // try each pattern on each file, 50 ms a file: it stops at
-// GitLimits.IgnoreMatches.
-func TestIsolatedHostileIgnore(t *testing.T) {
-	repo, _ := hostileRepo(t)
-	h, ref := testHost(t)
-	sb := createIsolated(t, h, ref, repo, "ignore")
-	co := sb.Isolation().Checkout
+// Limits.IgnoreMatches.
+func TestHostileIgnore(t *testing.T) {
+	repo, _ := gittest.Hostile(t)
+	ck := newCheckout(t, repo, "ignore")
+	co := ck.path(WorkspaceDir)
 	var ignore bytes.Buffer
 	for i := range 130000 {
 		fmt.Fprintf(&ignore, "p%06d\n", i)
@@ -256,20 +248,19 @@ func TestIsolatedHostileIgnore(t *testing.T) {
 		}
 	}
 	failsBounded(t, "Changes", "GitLimits.IgnoreMatches", func() error {
-		_, err := sb.Changes(t.Context())
+		_, err := ck.Changes(t.Context(), nil)
 		return err
 	})
 }
 
 // Sparse files not tracked, 256 MiB each on no disk, would make the walk
 // of the checkout read and hash them all, each whole in memory: it
-// hashes as it reads, and stops at GitLimits.HashBytes.
-func TestIsolatedHostileSparse(t *testing.T) {
-	repo, _ := hostileRepo(t)
-	h, ref := testHost(t)
-	sb := createIsolated(t, h, ref, repo, "sparse")
+// hashes as it reads, and stops at Limits.HashBytes.
+func TestHostileSparse(t *testing.T) {
+	repo, _ := gittest.Hostile(t)
+	ck := newCheckout(t, repo, "sparse")
 	for i := range 5 {
-		f, err := os.Create(filepath.Join(sb.Isolation().Checkout, fmt.Sprint("sparse", i)))
+		f, err := os.Create(filepath.Join(ck.path(WorkspaceDir), fmt.Sprint("sparse", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +271,7 @@ func TestIsolatedHostileSparse(t *testing.T) {
 		}
 	}
 	failsBounded(t, "Changes", "GitLimits.HashBytes", func() error {
-		_, err := sb.Changes(t.Context())
+		_, err := ck.Changes(t.Context(), nil)
 		return err
 	})
 }

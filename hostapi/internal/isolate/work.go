@@ -1,4 +1,4 @@
-package hostapi
+package isolate
 
 import (
 	"bytes"
@@ -31,10 +31,6 @@ const (
 	maxWorkFiles = 1 << 20   // files and directories walked
 	maxCommits   = 10000     // commits of the sandbox's branch landed
 )
-
-// ErrNotIsolated is returned by Diff, Export and Land for a sandbox whose
-// workspace is not isolated.
-var ErrNotIsolated = errors.New("the sandbox's workspace is not isolated (create it with --isolate)")
 
 // recoverParse turns a panic of go-git's parsers on what the guest wrote
 // (an index, a pack, an object that no git would write) into an error of
@@ -112,8 +108,7 @@ type entry struct {
 // work is an isolated checkout read from the host: its repository (the
 // guest's, hostile), its HEAD and the state of its files.
 type work struct {
-	s       *Sandbox
-	iso     *isolateRecord
+	iso     *Record
 	objects *layered
 	close   func()
 	root    *os.Root // the checkout
@@ -122,39 +117,35 @@ type work struct {
 	// files did not change, hashes of those that did, the files not
 	// ignored that are not in the index.
 	files map[string]entry
-	lim   GitLimits
+	lim   Limits
 }
 
-// openWork reads the sandbox's isolated checkout: nothing there is run,
-// every file is read below the checkout with a bound, no symlink is
-// followed, and what the repository and the checkout name is bounded by
-// GitLimits (the defaults).
-func (s *Sandbox) openWork(ctx context.Context) (*work, error) {
-	iso := s.rec.Isolate
-	if iso == nil {
-		return nil, fmt.Errorf("%s: %w", s.name, ErrNotIsolated)
-	}
-	checkout := s.path(isolatedWorkspace)
+// open reads the checkout: nothing there is run, every file is read
+// below the checkout with a bound, no symlink is followed, and what the
+// repository and the checkout name is bounded by c.Limits.
+func (c *Checkout) open(ctx context.Context) (*work, error) {
+	checkout := c.path(WorkspaceDir)
 	own, err := openGitStorage(filepath.Join(checkout, ".git"), filepath.Join(checkout, ".git"), 1)
 	if err != nil {
-		return nil, fmt.Errorf("the repository of %s: %w", s.name, err)
+		return nil, fmt.Errorf("the repository of %s: %w", c.Name, err)
 	}
-	base, err := openGitStorage(s.path("base"), s.path("base"), 1<<20)
+	base := c.path(filepath.Dir(BaseDir))
+	objects, err := openGitStorage(base, base, 1<<20)
 	if err != nil {
 		own.Close()
-		return nil, fmt.Errorf("the base objects of %s: %w", s.name, err)
+		return nil, fmt.Errorf("the base objects of %s: %w", c.Name, err)
 	}
 	root, err := confine.OpenRootNoSymlinks(checkout)
 	if err != nil {
 		own.Close()
-		base.Close()
-		return nil, fmt.Errorf("the checkout of %s: %w", s.name, err)
+		objects.Close()
+		return nil, fmt.Errorf("the checkout of %s: %w", c.Name, err)
 	}
-	w := &work{s: s, iso: iso, objects: &layered{own.Storage, base.Storage}, root: root,
-		close: func() { own.Close(); base.Close(); root.Close() }, lim: DefaultGitLimits()}
+	w := &work{iso: c.Record, objects: &layered{own.Storage, objects.Storage}, root: root,
+		close: func() { own.Close(); objects.Close(); root.Close() }, lim: c.Limits.withDefaults()}
 	if err := w.read(ctx, own); err != nil {
 		w.close()
-		return nil, fmt.Errorf("the checkout of %s: %w", s.name, err)
+		return nil, fmt.Errorf("the checkout of %s: %w", c.Name, err)
 	}
 	return w, nil
 }
@@ -261,14 +252,14 @@ func (sc *scanner) walk(dir string, domain []string, patterns []gitignore.Patter
 	lim := sc.w.lim
 	for _, e := range ents {
 		if sc.entries++; sc.entries > lim.Files {
-			return &GitLimitError{What: fmt.Sprintf("the checkout has more than %d files and directories", lim.Files), Limit: "Files", Max: int64(lim.Files)}
+			return &LimitError{What: fmt.Sprintf("the checkout has more than %d files and directories", lim.Files), Limit: "Files", Max: int64(lim.Files)}
 		}
 		rel := path.Join(dir, e.Name())
 		if len(rel) > lim.PathBytes {
-			return &GitLimitError{What: fmt.Sprintf("the checkout: %s: a path of %d bytes", shortPath(rel), len(rel)), Limit: "PathBytes", Max: int64(lim.PathBytes)}
+			return &LimitError{What: fmt.Sprintf("the checkout: %s: a path of %d bytes", shortPath(rel), len(rel)), Limit: "PathBytes", Max: int64(lim.PathBytes)}
 		}
 		if sc.paths += int64(len(rel)); sc.paths > lim.PathsBytes {
-			return &GitLimitError{What: fmt.Sprintf("the checkout: the paths of its first %d files and directories hold %d bytes", sc.entries, sc.paths), Limit: "PathsBytes", Max: lim.PathsBytes}
+			return &LimitError{What: fmt.Sprintf("the checkout: the paths of its first %d files and directories hold %d bytes", sc.entries, sc.paths), Limit: "PathsBytes", Max: lim.PathsBytes}
 		}
 		if dir == "." && e.Name() == ".git" {
 			continue
@@ -347,7 +338,7 @@ func (sc *scanner) ignoreFile(name string, domain []string, patterns []gitignore
 		return patterns, nil
 	}
 	if sc.ignore += int64(len(b)); sc.ignore > sc.w.lim.IgnoreBytes {
-		return nil, &GitLimitError{What: fmt.Sprintf("the checkout: its ignore files hold %d bytes or more", sc.ignore), Limit: "IgnoreBytes", Max: sc.w.lim.IgnoreBytes}
+		return nil, &LimitError{What: fmt.Sprintf("the checkout: its ignore files hold %d bytes or more", sc.ignore), Limit: "IgnoreBytes", Max: sc.w.lim.IgnoreBytes}
 	}
 	// Clipped: the patterns of a directory are its own and its
 	// parents', never its siblings'.
@@ -358,7 +349,7 @@ func (sc *scanner) ignoreFile(name string, domain []string, patterns []gitignore
 // tried counts against lim.IgnoreMatches.
 func (sc *scanner) ignored(patterns []gitignore.Pattern, parts []string, isDir bool) (bool, error) {
 	if sc.matches += int64(len(patterns)); sc.matches > sc.w.lim.IgnoreMatches {
-		return false, &GitLimitError{What: fmt.Sprintf("the checkout: its ignore patterns were tried %d times", sc.matches), Limit: "IgnoreMatches", Max: sc.w.lim.IgnoreMatches}
+		return false, &LimitError{What: fmt.Sprintf("the checkout: its ignore patterns were tried %d times", sc.matches), Limit: "IgnoreMatches", Max: sc.w.lim.IgnoreMatches}
 	}
 	return gitignore.NewMatcher(patterns).Match(parts, isDir), nil
 }
@@ -388,7 +379,7 @@ func (sc *scanner) hash(rel string, mode filemode.FileMode) (plumbing.Hash, erro
 		return plumbing.ZeroHash, fmt.Errorf("%s: %w: %d bytes, at most %d read", rel, confine.ErrTooLarge, fi.Size(), int64(maxBlob))
 	}
 	if sc.hashed += fi.Size(); sc.hashed > sc.w.lim.HashBytes {
-		return plumbing.ZeroHash, &GitLimitError{What: fmt.Sprintf("the checkout: the files to hash hold %d bytes or more", sc.hashed), Limit: "HashBytes", Max: sc.w.lim.HashBytes}
+		return plumbing.ZeroHash, &LimitError{What: fmt.Sprintf("the checkout: the files to hash hold %d bytes or more", sc.hashed), Limit: "HashBytes", Max: sc.w.lim.HashBytes}
 	}
 	h := plumbing.NewHasher(plumbing.BlobObject, fi.Size())
 	n, err := io.Copy(h, io.LimitReader(f, fi.Size()+1))
@@ -428,7 +419,7 @@ func (w *work) readFile(rel string, mode filemode.FileMode, max int64) ([]byte, 
 // another many times), each path at most lim.PathBytes long and through
 // at most lim.TreeDepth directories, lim.PathsBytes of paths in all and
 // as many of tree objects read.
-func treeFiles(objects storer.EncodedObjectStorer, c *object.Commit, lim GitLimits) (map[string]entry, error) {
+func treeFiles(objects storer.EncodedObjectStorer, c *object.Commit, lim Limits) (map[string]entry, error) {
 	tw := &treeWalk{objects: objects, lim: lim, files: map[string]entry{}}
 	if err := tw.walk(c.TreeHash, "", 0); err != nil {
 		return nil, fmt.Errorf("tree of %s: %w", c.Hash, err)
@@ -439,7 +430,7 @@ func treeFiles(objects storer.EncodedObjectStorer, c *object.Commit, lim GitLimi
 // treeWalk is the state of treeFiles.
 type treeWalk struct {
 	objects storer.EncodedObjectStorer
-	lim     GitLimits
+	lim     Limits
 	files   map[string]entry
 	entries int
 	paths   int64 // bytes of the paths walked
@@ -454,7 +445,7 @@ func (tw *treeWalk) walk(h plumbing.Hash, dir string, depth int) error {
 		return fmt.Errorf("tree %s: %w", h, err)
 	}
 	if tw.trees += o.Size(); tw.trees > tw.lim.PathsBytes {
-		return &GitLimitError{What: fmt.Sprintf("its trees hold more than %d bytes", tw.lim.PathsBytes), Limit: "PathsBytes", Max: tw.lim.PathsBytes}
+		return &LimitError{What: fmt.Sprintf("its trees hold more than %d bytes", tw.lim.PathsBytes), Limit: "PathsBytes", Max: tw.lim.PathsBytes}
 	}
 	t, err := object.DecodeTree(tw.objects, o)
 	if err != nil {
@@ -462,17 +453,17 @@ func (tw *treeWalk) walk(h plumbing.Hash, dir string, depth int) error {
 	}
 	for _, e := range t.Entries {
 		if tw.entries++; tw.entries > tw.lim.Files {
-			return &GitLimitError{What: fmt.Sprintf("more than %d files and directories", tw.lim.Files), Limit: "Files", Max: int64(tw.lim.Files)}
+			return &LimitError{What: fmt.Sprintf("more than %d files and directories", tw.lim.Files), Limit: "Files", Max: int64(tw.lim.Files)}
 		}
 		n := len(e.Name)
 		if dir != "" {
 			n += len(dir) + 1
 		}
 		if n > tw.lim.PathBytes {
-			return &GitLimitError{What: fmt.Sprintf("tree %s: a path of %d bytes", h, n), Limit: "PathBytes", Max: int64(tw.lim.PathBytes)}
+			return &LimitError{What: fmt.Sprintf("tree %s: a path of %d bytes", h, n), Limit: "PathBytes", Max: int64(tw.lim.PathBytes)}
 		}
 		if tw.paths += int64(n); tw.paths > tw.lim.PathsBytes {
-			return &GitLimitError{What: fmt.Sprintf("the paths of its first %d files and directories hold %d bytes", tw.entries, tw.paths), Limit: "PathsBytes", Max: tw.lim.PathsBytes}
+			return &LimitError{What: fmt.Sprintf("the paths of its first %d files and directories hold %d bytes", tw.entries, tw.paths), Limit: "PathsBytes", Max: tw.lim.PathsBytes}
 		}
 		p := e.Name
 		if dir != "" {
@@ -483,7 +474,7 @@ func (tw *treeWalk) walk(h plumbing.Hash, dir string, depth int) error {
 			continue
 		}
 		if depth+1 > tw.lim.TreeDepth {
-			return &GitLimitError{What: fmt.Sprintf("tree %s: a directory %d deep", h, depth+1), Limit: "TreeDepth", Max: int64(tw.lim.TreeDepth)}
+			return &LimitError{What: fmt.Sprintf("tree %s: a directory %d deep", h, depth+1), Limit: "TreeDepth", Max: int64(tw.lim.TreeDepth)}
 		}
 		if err := tw.walk(e.Hash, p, depth+1); err != nil {
 			return err
