@@ -215,7 +215,7 @@ REALVM_KRUN_LIB = $$([ -e $(LIBKRUN_BUILT)/libkrun.so.1 ] && echo $(LIBKRUN_BUIL
 test-realvm: realvm-payload libkrun-if-possible
 	KRUN_LIB=$(REALVM_KRUN_LIB) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh ci
 
-## test-realvm-full: every real-libkrun test in nested real microVMs, known failures included
+## test-realvm-full: every real-libkrun test in nested real microVMs (the ci tier and the groups kept out of CI for its time)
 test-realvm-full: realvm-payload libkrun-if-possible
 	KRUN_LIB=$(REALVM_KRUN_LIB) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh full
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
 )
 
@@ -396,6 +397,7 @@ func startCmd(t *testing.T, cmd *exec.Cmd) <-chan int {
 // timeout.
 func exitOf(t *testing.T, done <-chan int, timeout time.Duration, what string) int {
 	t.Helper()
+	timeout = poll.Scaled(timeout)
 	select {
 	case code := <-done:
 		return code

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
 	"github.com/krunbox/krunbox/internal/testutil/victim"
@@ -66,7 +67,7 @@ func testHostBoundary(t *testing.T, e *env) {
 // krunbox hang. It reports the peak memory krunbox used too.
 func (e *env) within(d time.Duration, args ...string) (result, int64) {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Scaled(d))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, krunboxBin, args...)
 	cmd.Env = e.environ()
@@ -472,7 +473,7 @@ func (s *serveSession) call(d time.Duration, method string, params any) (result,
 	if err := s.in.Encode(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
 		s.t.Fatalf("%s: %v", method, err)
 	}
-	deadline := time.After(d)
+	deadline := time.After(poll.Scaled(d))
 	for {
 		select {
 		case m, ok := <-s.out:

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 )
 
 // mcpSession connects a client of the Go SDK to krunbox mcp on stdio, run
@@ -104,16 +106,10 @@ func testMCPSession(t *testing.T, e *env) {
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"crash","version":"0"}}}`,
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run","arguments":{"command":"echo $$ > `+pidFile+`; exec sleep 100000"}}}`)
-	deadline := time.Now().Add(60 * time.Second)
-	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
-		if b, _ := os.ReadFile(pidFile); strings.HasSuffix(string(b), "\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the command did not start in 60s")
-		}
-		time.Sleep(delay)
-	}
+	poll.Until(t, "the command to start", 60*time.Second, func() bool {
+		b, _ := os.ReadFile(pidFile)
+		return strings.HasSuffix(string(b), "\n")
+	})
 	b, _ := os.ReadFile(pidFile)
 	pid := strings.TrimSpace(string(b))
 	if r := e.krunbox("exec", name, "kill", "-0", pid); r.code != 0 {
@@ -125,9 +121,9 @@ func testMCPSession(t *testing.T, e *env) {
 		if err != nil {
 			t.Errorf("krunbox mcp after its client went away: %v", err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(poll.Scaled(30 * time.Second)):
 		cmd.Process.Kill()
-		t.Fatal("krunbox mcp did not exit 30s after its client went away mid-call")
+		t.Fatalf("krunbox mcp did not exit %v after its client went away mid-call", poll.Scaled(30*time.Second))
 	}
 	if r := e.krunbox("exec", name, "kill", "-0", pid); r.code == 0 {
 		t.Errorf("the command of a client that went away still runs in the VM")

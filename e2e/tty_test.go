@@ -86,7 +86,7 @@ func (term *terminal) waitOutput(want string, n int) {
 func (term *terminal) wait() int {
 	select {
 	case <-term.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(poll.Scaled(30 * time.Second)):
 		term.t.Fatalf("krunbox did not exit; terminal output:\n%s", term.out.String())
 	}
 	return term.code
