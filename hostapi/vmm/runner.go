@@ -194,7 +194,25 @@ func configure(lib *krun.Library, spec *Spec) (*krun.Context, []*os.File, *os.Fi
 			}
 			return ctx.SetVMConfig(max(spec.VCPUs, 1), cmpOr(spec.MemoryMiB, 128))
 		},
-		func() error { return ctx.SetRoot(spec.Root.Path()) },
+		func() error {
+			if !spec.Root.IsBlock() {
+				return ctx.SetRoot(spec.Root.Path())
+			}
+			// The image tree, read-only: the guest agent overlays the
+			// disk's file system on it.
+			if err := ctx.AddVirtiofs(krun.RootTag, spec.Root.Image, true); err != nil {
+				return fmt.Errorf("block root: %w", err)
+			}
+			disk, err := openDisk(spec.Root.Disk, spec.Root.DiskSize)
+			if err != nil {
+				return err
+			}
+			shares = append(shares, disk)
+			if err := ctx.AddDisk(DiskID, fdPath(int(disk.Fd())), krun.DiskRaw, false); err != nil {
+				return fmt.Errorf("block root: %w", err)
+			}
+			return nil
+		},
 		func() error { return placeFiles(ctx, lib, spec) },
 		func() error {
 			for _, sh := range spec.Shares {
@@ -317,6 +335,9 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 	if spec.Root.IsOverlay() {
 		lowerDir = spec.Root.Lower
 	}
+	if spec.Root.IsBlock() && !overlay {
+		return errors.New("a block root needs libkrun's overlay files (libkrun 1.19): its image tree is shared read-only")
+	}
 	lower, err := os.OpenRoot(lowerDir)
 	if err != nil {
 		return fmt.Errorf("open the image tree: %w", err)
@@ -356,6 +377,10 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 				return fmt.Errorf("file %s: %w", f.Path, err)
 			}
 			continue
+		}
+		if spec.Root.IsBlock() {
+			// Never into the image tree, which other sandboxes share.
+			return fmt.Errorf("file %s: the image has /%s, where a block root cannot place krunbox's files", f.Path, top)
 		}
 		if root == nil {
 			if root, err = os.OpenRoot(spec.Root.Path()); err != nil {
@@ -520,6 +545,7 @@ func probeMain(path string) int {
 var optionalFuncs = []string{
 	"krun_add_vsock_port2", "krun_init_log", "krun_has_feature", "krun_disable_implicit_vsock",
 	"krun_add_vsock", "krun_add_virtiofs3", "krun_fs_add_overlay_file", "krun_fs_add_overlay_dir",
+	krun.DiskFunc,
 }
 
 // probeContext creates a context, configures it like a sandbox and frees it.

@@ -1,0 +1,90 @@
+package vmm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/krunbox/krunbox/krun"
+)
+
+// DiskID names a block root's disk in libkrun's configuration. The guest
+// sees its first (and only) disk as /dev/vda.
+const DiskID = "root"
+
+// DiskError reports a block root's disk image that the runner refuses:
+// not a regular file (a symlink included, never followed), or not the
+// size the sandbox was made with.
+type DiskError struct {
+	Path string
+	Err  error
+}
+
+func (e *DiskError) Error() string { return fmt.Sprintf("disk image %s: %v", e.Path, e.Err) }
+
+func (e *DiskError) Unwrap() error { return e.Err }
+
+// Hint says what to do.
+func (e *DiskError) Hint() string {
+	return "the sandbox's disk was changed on the host; remove the sandbox (krunbox rm) and create it again"
+}
+
+// openDisk opens a block root's disk image read-write without following a
+// symlink, and checks that it is a regular file of size bytes. The
+// descriptor must stay open while libkrun uses the image by its path
+// (fdPath), so that what was checked is what the guest gets.
+func openDisk(path string, size int64) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, &DiskError{Path: path, Err: errors.New("is a symbolic link: refused")}
+	}
+	if err != nil {
+		return nil, &DiskError{Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+	case !fi.Mode().IsRegular():
+		err = fmt.Errorf("not a regular file (%v): refused", fi.Mode().Type())
+	case fi.Size() != size:
+		err = fmt.Errorf("%d bytes where the sandbox's disk has %d: refused", fi.Size(), size)
+	}
+	if err != nil {
+		f.Close()
+		return nil, &DiskError{Path: path, Err: err}
+	}
+	return f, nil
+}
+
+// CheckBlock checks that the library lib (empty: the default search) can
+// give a VM a block root: it adds disks (a BLK build, [krun.DiskFunc]) and
+// overlay files, which place the agent beside a read-only image tree
+// (libkrun 1.19). libkrunfw's kernels of ABI 5 all have virtio-blk, ext4
+// and overlayfs built in. The test double makes each disk a loop device,
+// which needs root. It loads the library in a child process ([Probe]).
+func CheckBlock(ctx context.Context, lib string) error {
+	r, err := Probe(ctx, lib)
+	if err != nil {
+		return err
+	}
+	if r.LoadErr != "" {
+		return errors.New(r.LoadErr)
+	}
+	for _, fn := range []string{krun.DiskFunc, "krun_fs_add_overlay_file", "krun_add_virtiofs3"} {
+		if slices.Contains(r.Missing, fn) {
+			if fn == krun.DiskFunc {
+				return fmt.Errorf("libkrun %s has no disks (it was built without BLK=1: no %s)", r.Library, fn)
+			}
+			return fmt.Errorf("libkrun %s lacks %s (libkrun 1.19 has it)", r.Library, fn)
+		}
+	}
+	if r.TestDouble && os.Geteuid() != 0 {
+		return errors.New("the libkrun test double makes each disk a loop device, which needs root")
+	}
+	return nil
+}
