@@ -135,6 +135,9 @@ func doctor(ctx context.Context, w io.Writer, o doctorOptions) bool {
 	}
 
 	doctorLibkrun(c, probe, probeErr)
+	if probeErr == nil && probe.LoadErr == "" {
+		doctorRoot(c, probe)
+	}
 
 	if runtime.GOOS == "darwin" {
 		doctorEntitlement(c)
@@ -214,6 +217,21 @@ func doctorNamespaces(c *checkList) {
 		return
 	}
 	c.ok("namespaces", "the runner gets its namespaces and mounts overlay roots: creating a sandbox copies nothing")
+}
+
+// doctorRoot says which root new sandboxes get (root = "auto"), and what
+// block roots need when the host cannot give them.
+func doctorRoot(c *checkList, r *vmm.ProbeReport) {
+	err := vmm.BlockUnavailable(r)
+	mke2fs, merr := hostapi.Mke2fs()
+	if err == nil {
+		err = merr
+	}
+	if err != nil {
+		c.bad(false, "block root", err, "block roots (root = \"block\": the guest's writes on a disk of its own, bounded by disk_size) need libkrun 1.19 built with BLK=1 (the release bundle's is) and mke2fs (e2fsprogs)")
+		return
+	}
+	c.ok("block root", "available (root = \"block\"): libkrun has disks, disks are formatted by %s", mke2fs)
 }
 
 // doctorLibkrun reports what the probe of libkrun found: the library, its

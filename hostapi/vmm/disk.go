@@ -62,28 +62,31 @@ func openDisk(path string, size int64) (*os.File, error) {
 }
 
 // CheckBlock checks that the library lib (empty: the default search) can
-// give a VM a block root: it adds disks (a BLK build, [krun.DiskFunc]) and
-// overlay files, which place the agent beside a read-only image tree
-// (libkrun 1.19). libkrunfw's kernels of ABI 5 all have virtio-blk, ext4
-// and overlayfs built in. The test double makes each disk a loop device,
-// which needs root. It loads the library in a child process ([Probe]).
+// give a VM a block root ([BlockUnavailable]), loading it in a child
+// process ([Probe]).
 func CheckBlock(ctx context.Context, lib string) error {
 	r, err := Probe(ctx, lib)
 	if err != nil {
 		return err
 	}
-	if r.LoadErr != "" {
+	return BlockUnavailable(r)
+}
+
+// BlockUnavailable says why the library that r reports on cannot give a
+// VM a block root, or returns nil when it can: it must add disks (a BLK
+// build, [krun.DiskFunc]), and share the image tree read-only and place
+// the agent beside it as overlay files (libkrun 1.19). libkrunfw's kernels
+// of ABI 5 all have virtio-blk, ext4 and overlayfs built in. The test
+// double makes each disk a loop device, which needs root.
+func BlockUnavailable(r *ProbeReport) error {
+	switch {
+	case r.LoadErr != "":
 		return errors.New(r.LoadErr)
-	}
-	for _, fn := range []string{krun.DiskFunc, "krun_fs_add_overlay_file", "krun_add_virtiofs3"} {
-		if slices.Contains(r.Missing, fn) {
-			if fn == krun.DiskFunc {
-				return fmt.Errorf("libkrun %s has no disks (it was built without BLK=1: no %s)", r.Library, fn)
-			}
-			return fmt.Errorf("libkrun %s lacks %s (libkrun 1.19 has it)", r.Library, fn)
-		}
-	}
-	if r.TestDouble && os.Geteuid() != 0 {
+	case !r.Disks:
+		return fmt.Errorf("libkrun %s has no disks (it was built without BLK=1: no %s)", r.Library, krun.DiskFunc)
+	case slices.Contains(r.Missing, "krun_fs_add_overlay_file") || slices.Contains(r.Missing, "krun_add_virtiofs3"):
+		return fmt.Errorf("libkrun %s lacks read-only shares or overlay files (libkrun 1.19 has both)", r.Library)
+	case r.TestDouble && os.Geteuid() != 0:
 		return errors.New("the libkrun test double makes each disk a loop device, which needs root")
 	}
 	return nil

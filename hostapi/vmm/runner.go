@@ -473,6 +473,9 @@ type ProbeReport struct {
 	Features map[string]bool `json:"features,omitempty"`
 	// Missing lists the optional functions the library lacks.
 	Missing []string `json:"missing,omitempty"`
+	// Disks is true when the library can add virtio-blk disks (a BLK
+	// build: [krun.DiskFunc]), which block roots need.
+	Disks bool `json:"disks,omitempty"`
 	// StaleShares, when not empty, says that the library cannot make
 	// shares coherent and what that means ([StaleShares]).
 	StaleShares string `json:"stale_shares,omitempty"`
@@ -527,6 +530,7 @@ func probeMain(path string) int {
 				r.Missing = append(r.Missing, fn)
 			}
 		}
+		r.Disks = lib.HasDisks()
 		r.StaleShares = StaleShares(lib)
 		if err := probeContext(lib); err != nil {
 			r.ContextErr = err.Error()
@@ -545,7 +549,6 @@ func probeMain(path string) int {
 var optionalFuncs = []string{
 	"krun_add_vsock_port2", "krun_init_log", "krun_has_feature", "krun_disable_implicit_vsock",
 	"krun_add_vsock", "krun_add_virtiofs3", "krun_fs_add_overlay_file", "krun_fs_add_overlay_dir",
-	krun.DiskFunc,
 }
 
 // probeContext creates a context, configures it like a sandbox and frees it.
