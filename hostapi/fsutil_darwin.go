@@ -2,6 +2,7 @@ package hostapi
 
 import (
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,7 +20,7 @@ func renameNoReplace(oldpath, newpath string) error {
 // allocated is the host space a file takes: its blocks, not its size
 // (a sparse file's holes take none).
 func allocated(fi os.FileInfo) int64 {
-	if st, ok := fi.Sys().(*unix.Stat_t); ok {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return st.Blocks * 512
 	}
 	return fi.Size()

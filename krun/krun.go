@@ -103,6 +103,9 @@ func (e *UnsupportedError) Error() string {
 		if strings.HasPrefix(e.Func, "krun_add_net") {
 			msg += " built with NET"
 		}
+		if strings.HasPrefix(e.Func, "krun_add_disk") {
+			msg += " built with BLK"
+		}
 		msg += ")"
 	}
 	return msg

@@ -1,0 +1,147 @@
+package vmm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestOpenDisk(t *testing.T) {
+	const size = 1 << 20
+	dir := t.TempDir()
+	img := filepath.Join(dir, "disk.img")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, size); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.img")
+	if err := os.Symlink(img, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.img")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path string
+		size       int64
+		want       string // "" for success
+	}{
+		{"regular file of the size", img, size, ""},
+		{"a symlink to one", link, size, "is a symbolic link: refused"},
+		{"grown", img, size / 2, "1048576 bytes where the sandbox's disk has 524288: refused"},
+		{"a fifo, never blocked on", fifo, size, "not a regular file"},
+		{"a directory", dir, size, "is a directory"},
+		{"missing", filepath.Join(dir, "none"), size, "no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := openDisk(tt.path, tt.size)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				return
+			}
+			var de *DiskError
+			if err == nil || !errors.As(err, &de) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("openDisk(%s) = %v, want a DiskError saying %q", tt.path, err, tt.want)
+			}
+			if f != nil {
+				f.Close()
+			}
+		})
+	}
+}
+
+func TestBlockUnavailable(t *testing.T) {
+	ok := ProbeReport{Library: "/lib/libkrun.so.1", Disks: true}
+	tests := []struct {
+		name   string
+		change func(r *ProbeReport)
+		want   string // "" for available
+	}{
+		{"BLK build of 1.19", func(*ProbeReport) {}, ""},
+		{"no BLK", func(r *ProbeReport) { r.Disks = false }, "built without BLK=1"},
+		{"before 1.19", func(r *ProbeReport) { r.Missing = []string{"krun_fs_add_overlay_file"} }, "libkrun 1.19 has both"},
+		{"not loaded", func(r *ProbeReport) { r.LoadErr = "no libkrun" }, "no libkrun"},
+	}
+	for _, tt := range tests {
+		r := ok
+		tt.change(&r)
+		err := BlockUnavailable(&r)
+		if (tt.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// blockSpec makes spec's root a block root over its image tree, with a
+// fresh (unformatted) disk of 64 MiB: the runner never reads the disk.
+func blockSpec(t *testing.T, spec *Spec) (image, disk string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the test double's disks are loop devices, which need root")
+	}
+	image = spec.Root.Dir
+	disk = filepath.Join(filepath.Dir(spec.ConsoleLog), "disk.img")
+	if err := os.WriteFile(disk, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(disk, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	spec.Root = Root{Image: image, Disk: disk, DiskSize: 64 << 20}
+	return image, disk
+}
+
+// A block root's image tree reaches the guest read-only, with the disk as
+// a block device, and the agent's files placed beside the tree, never in
+// it.
+func TestBlockRootImageReadOnly(t *testing.T) {
+	skipIfReal(t)
+	spec, dir := shellSpec(t, `touch /written 2>/dev/null || echo read-only; test -b $KRUNBOX_TESTKRUN_DIR/block/root && echo disk; cat /.krunbox/agent.json`)
+	image, _ := blockSpec(t, spec)
+	spec.Files = []File{{Path: "/.krunbox/agent.json", Mode: 0o644, Data: []byte("config\n")}}
+	if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
+		t.Fatalf("exit %v: %s\nrunner log: %s", es, readFile(t, spec.ConsoleLog), readFile(t, filepath.Join(dir, LogFile)))
+	}
+	if got := readFile(t, spec.ConsoleLog); got != "read-only\ndisk\nconfig\n" {
+		t.Errorf("the guest saw %q", got)
+	}
+	for _, p := range []string{"written", ".krunbox"} {
+		if _, err := os.Lstat(filepath.Join(image, p)); err == nil {
+			t.Errorf("the image tree got %s", p)
+		}
+	}
+}
+
+// An image that has /.krunbox itself cannot get krunbox's files beside
+// its tree: the start fails, saying so, and the tree is left as it was.
+func TestBlockRootRefusesToWriteTheImage(t *testing.T) {
+	skipIfReal(t)
+	spec, dir := shellSpec(t, `echo started`)
+	image, _ := blockSpec(t, spec)
+	if err := os.Mkdir(filepath.Join(image, ".krunbox"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec.Files = []File{{Path: "/.krunbox/agent.json", Mode: 0o644, Data: []byte("config\n")}}
+	v, err := Start(context.Background(), dir, spec)
+	if err == nil {
+		wait(t, v)
+		t.Fatalf("started; console: %q", readFile(t, spec.ConsoleLog))
+	}
+	if !strings.Contains(err.Error(), "the image has /.krunbox, where a block root cannot place krunbox's files") {
+		t.Errorf("start: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(image, ".krunbox")); len(ents) != 0 {
+		t.Errorf("the image's /.krunbox got %v", ents)
+	}
+}
