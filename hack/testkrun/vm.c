@@ -298,6 +298,14 @@ static void setup_overlays(const struct plan *p)
 		bool in_dir = strchr(o->path, '/') != NULL;
 		if (o->dir) {
 			char opts[32];
+			struct stat st;
+			/* libkrun's overlay entries shadow the directory's own
+			 * names. A read-only root is an overlay here, so a link
+			 * or file in the way is removed from it (a whiteout in
+			 * its tmpfs), never followed; a directory is mounted
+			 * over. */
+			if (p->root_ro && !in_dir && lstat(path, &st) == 0 && !S_ISDIR(st.st_mode) && unlink(path) < 0)
+				die_setup("unlink", path);
 			if (!in_dir && mkdir(path, 0755) < 0 && errno != EEXIST)
 				die_setup("mkdir", path);
 			if (in_dir && mkdir(path, o->mode & 07777) < 0 && errno != EEXIST)

@@ -1,7 +1,8 @@
+//go:build linux
+
 package vmm
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -123,25 +124,39 @@ func TestBlockRootImageReadOnly(t *testing.T) {
 	}
 }
 
-// An image that has /.krunbox itself cannot get krunbox's files beside
-// its tree: the start fails, saying so, and the tree is left as it was.
-func TestBlockRootRefusesToWriteTheImage(t *testing.T) {
-	skipIfReal(t)
-	spec, dir := shellSpec(t, `echo started`)
-	image, _ := blockSpec(t, spec)
-	if err := os.Mkdir(filepath.Join(image, ".krunbox"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	spec.Files = []File{{Path: "/.krunbox/agent.json", Mode: 0o644, Data: []byte("config\n")}}
-	v, err := Start(context.Background(), dir, spec)
-	if err == nil {
-		wait(t, v)
-		t.Fatalf("started; console: %q", readFile(t, spec.ConsoleLog))
-	}
-	if !strings.Contains(err.Error(), "the image has /.krunbox, where a block root cannot place krunbox's files") {
-		t.Errorf("start: %v", err)
-	}
-	if ents, _ := os.ReadDir(filepath.Join(image, ".krunbox")); len(ents) != 0 {
-		t.Errorf("the image's /.krunbox got %v", ents)
+// An image that has /.krunbox itself, a directory or a link to a host
+// directory, still gets krunbox's files beside its tree, which shadow its
+// own (as libkrun's overlay entries do): the tree and the link's target
+// are left as they were.
+func TestBlockRootShadowsTheImagesKrunbox(t *testing.T) {
+	for _, link := range []bool{false, true} {
+		t.Run(map[bool]string{false: "directory", true: "link"}[link], func(t *testing.T) {
+			skipIfReal(t)
+			spec, dir := shellSpec(t, `cat /.krunbox/agent.json; ls /.krunbox`)
+			image, _ := blockSpec(t, spec)
+			target := filepath.Join(image, ".krunbox")
+			if link {
+				target = t.TempDir()
+				if err := os.Symlink(target, filepath.Join(image, ".krunbox")); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Mkdir(target, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(target, "image-file"), []byte("image\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			spec.Files = []File{{Path: "/.krunbox/agent.json", Mode: 0o644, Data: []byte("config\n")}}
+			if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
+				t.Fatalf("exit %v: %s\nrunner log: %s", es, readFile(t, spec.ConsoleLog), readFile(t, filepath.Join(dir, LogFile)))
+			}
+			if got := readFile(t, spec.ConsoleLog); got != "config\nagent.json\n" {
+				t.Errorf("the guest saw %q", got)
+			}
+			ents, err := os.ReadDir(target)
+			if err != nil || len(ents) != 1 || ents[0].Name() != "image-file" {
+				t.Errorf("the image's /.krunbox (or where it points) holds %v, %v", ents, err)
+			}
+		})
 	}
 }

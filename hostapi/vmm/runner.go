@@ -361,7 +361,11 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 		rel := strings.TrimPrefix(path.Clean(f.Path), "/")
 		top, _, nested := strings.Cut(rel, "/")
 		_, statErr := lower.Lstat(top)
-		if overlay && (!nested || errors.Is(statErr, fs.ErrNotExist)) {
+		// libkrun's overlay entries shadow the directory's own names
+		// (AugmentFs looks them up first): a block root's image tree,
+		// which must never be written, gets them even where it has
+		// /.krunbox itself.
+		if overlay && (spec.Root.IsBlock() || !nested || errors.Is(statErr, fs.ErrNotExist)) {
 			parts := strings.Split(rel, "/")
 			for i := 1; i < len(parts); i++ {
 				d := strings.Join(parts[:i], "/")
@@ -377,10 +381,6 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 				return fmt.Errorf("file %s: %w", f.Path, err)
 			}
 			continue
-		}
-		if spec.Root.IsBlock() {
-			// Never into the image tree, which other sandboxes share.
-			return fmt.Errorf("file %s: the image has /%s, where a block root cannot place krunbox's files", f.Path, top)
 		}
 		if root == nil {
 			if root, err = os.OpenRoot(spec.Root.Path()); err != nil {
