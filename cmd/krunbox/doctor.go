@@ -228,10 +228,11 @@ func doctorRoot(c *checkList, r *vmm.ProbeReport) {
 		err = merr
 	}
 	if err != nil {
-		c.bad(false, "block root", err, "block roots (root = \"block\": the guest's writes on a disk of its own, bounded by disk_size) need libkrun 1.19 built with BLK=1 (the release bundle's is) and mke2fs (e2fsprogs)")
+		c.bad(false, "block root", fmt.Errorf("%w; new sandboxes get overlay or copied roots (see the namespaces line)", err),
+			"block roots (the guest's writes on a disk of its own, bounded by disk_size) need libkrun 1.19 built with BLK=1 (the release bundle's is) and mke2fs (e2fsprogs)")
 		return
 	}
-	c.ok("block root", "available (root = \"block\"): libkrun has disks, disks are formatted by %s", mke2fs)
+	c.ok("block root", "new sandboxes get block roots (root = \"auto\"): libkrun has disks, %s formats them", mke2fs)
 }
 
 // doctorLibkrun reports what the probe of libkrun found: the library, its
