@@ -9,7 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/krunbox/krunbox/internal/testutil/poll"
 	"github.com/krunbox/krunbox/internal/testutil/testimage"
 )
 
@@ -88,7 +90,23 @@ func testBlockRoot(t *testing.T, e *env) {
 		ls[0].Disk.Size != blockDiskMiB<<20 || ls[0].Disk.Used < 128<<20 {
 		t.Errorf("ls --json: %+v %v, want the full disk's use", ls, err)
 	}
+	var df struct {
+		Sandboxes []struct {
+			Name, Root string
+			Disk       *struct{ Size, Used int64 }
+		}
+		DisksUsed, DisksSize, ImagesSize int64
+	}
+	if err := json.Unmarshal([]byte(e.ok("df", "--json")), &df); err != nil || len(df.Sandboxes) != 1 || df.Sandboxes[0].Root != "block" ||
+		df.DisksSize != blockDiskMiB<<20 || df.DisksUsed != ls[0].Disk.Used || df.ImagesSize == 0 {
+		t.Errorf("df --json: %+v %v, want the block root's disk and the image", df, err)
+	}
 	e.ok("exec", "blk", "sh", "-c", "rm /fill && sync")
+	// ext4 discards the freed blocks after its journal commits them.
+	poll.Until(t, "the host file to give back what the guest removed (discard)", time.Minute, func() bool {
+		used, _ := diskUsed(t, dir)
+		return used <= 64<<20
+	})
 	if got := e.ok("exec", "blk", "sh", "-c", "echo after > /root/y && cat /root/y"); got != "after\n" {
 		t.Errorf("after ENOSPC: %q", got)
 	}
