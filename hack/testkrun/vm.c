@@ -281,6 +281,14 @@ static void tag_base(const struct plan *p, const char *tag, char *out)
 		pathf(out, "%s" TK_GUEST_DIR "/virtiofs/%s", p->root, tag);
 }
 
+/* The directories libkrun's init mounts on. An overlay directory there
+ * is only a mount point: init's mount covers it. */
+static bool init_mount_point(const struct tk_overlay *o)
+{
+	return o->dir && strcmp(o->tag, TK_ROOT_TAG) == 0 &&
+	       (strcmp(o->path, "dev") == 0 || strcmp(o->path, "proc") == 0 || strcmp(o->path, "sys") == 0);
+}
+
 /* Overlay directories become read-only tmpfs mounts, overlay files are
  * written into their overlay directory or, at a share's top level, into a
  * staging area and bound read-only over the path. */
@@ -296,6 +304,8 @@ static void setup_overlays(const struct plan *p)
 		tag_base(p, o->tag, base);
 		pathf(path, "%s/%s", base, o->path);
 		bool in_dir = strchr(o->path, '/') != NULL;
+		if (init_mount_point(o))
+			continue; /* made, and mounted on, by guest_init */
 		if (o->dir) {
 			char opts[32];
 			struct stat st;
@@ -337,7 +347,7 @@ static void setup_overlays(const struct plan *p)
 	/* Overlay directories are read-only once filled. */
 	for (size_t i = 0; i < c->noverlays; i++) {
 		const struct tk_overlay *o = &c->overlays[i];
-		if (!o->dir || strchr(o->path, '/'))
+		if (!o->dir || strchr(o->path, '/') || init_mount_point(o))
 			continue;
 		tag_base(p, o->tag, base);
 		pathf(path, "%s/%s", base, o->path);
@@ -504,6 +514,24 @@ static void forget_vmm_environment(void)
  * under a tmpfs, made read-only once set up (readonly_root_done). */
 static void readonly_root(struct plan *p)
 {
+	/* libkrun's init makes /dev, /proc and /sys where missing (else it
+	 * stops: "Couldn't mount filesystems, bailing out"): on a read-only
+	 * root only an overlay directory can stand for one. */
+	static const char *const init_dirs[] = {"dev", "proc", "sys"};
+	for (size_t i = 0; i < 3; i++) {
+		char path[PATH_MAX];
+		struct stat st;
+		pathf(path, "%s/%s", p->root, init_dirs[i]);
+		if (lstat(path, &st) == 0)
+			continue;
+		bool overlay = false;
+		for (size_t j = 0; j < p->c->noverlays; j++)
+			overlay |= init_mount_point(&p->c->overlays[j]) && strcmp(p->c->overlays[j].path, init_dirs[i]) == 0;
+		if (!overlay) {
+			say("Error creating directory (/%s)\nCouldn't mount filesystems, bailing out\n", init_dirs[i]);
+			_exit(EXIT_SETUP);
+		}
+	}
 	char lower[64], opts[2 * PATH_MAX + 128];
 	int fd = open(p->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)

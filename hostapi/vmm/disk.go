@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +33,30 @@ func (e *DiskError) Unwrap() error { return e.Err }
 // Hint says what to do.
 func (e *DiskError) Hint() string {
 	return "the sandbox's disk was changed on the host; remove the sandbox (krunbox rm) and create it again"
+}
+
+// initMountPoints gives a read-only image tree the directories libkrun's
+// init mounts on (/dev, /proc, /sys) where the tree lacks them, as a
+// scratch image's does: init makes them where missing, which a read-only
+// root refuses, and the VM would stop before its agent ran. They are
+// overlay directories of the root's device: the tree is never written.
+func initMountPoints(ctx *krun.Context, lib *krun.Library, image string) error {
+	if !lib.Has("krun_fs_add_overlay_dir") {
+		return errors.New("a block root needs libkrun's overlay files (libkrun 1.19): its image tree is shared read-only")
+	}
+	for _, d := range []string{"dev", "proc", "sys"} {
+		_, err := os.Lstat(filepath.Join(image, d))
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := ctx.AddOverlayDir(krun.RootTag, d, unix.S_IFDIR|0o755); err != nil {
+			return fmt.Errorf("mount point /%s: %w", d, err)
+		}
+	}
+	return nil
 }
 
 // openDisk opens a block root's disk image read-write without following a

@@ -160,3 +160,29 @@ func TestBlockRootShadowsTheImagesKrunbox(t *testing.T) {
 		})
 	}
 }
+
+// An image tree without /dev, /proc and /sys (a scratch image's, the test
+// image's) boots as a block root: libkrun's init makes them where missing,
+// which a read-only root refuses, so the runner gives them as overlay
+// directories; without them the double stops as libkrun's init does.
+func TestBlockRootWithoutInitMountPoints(t *testing.T) {
+	skipIfReal(t)
+	spec, dir := shellSpec(t, `test -e /proc/self/status && test -c /dev/null && echo mounted`)
+	image, _ := blockSpec(t, spec)
+	for _, d := range []string{"dev", "proc", "sys"} {
+		if err := os.RemoveAll(filepath.Join(image, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if es := wait(t, startVM(t, dir, spec)); es.Code != 0 {
+		t.Fatalf("exit %v: %s\nrunner log: %s", es, readFile(t, spec.ConsoleLog), readFile(t, filepath.Join(dir, LogFile)))
+	}
+	if got := readFile(t, spec.ConsoleLog); got != "mounted\n" {
+		t.Errorf("the guest saw %q", got)
+	}
+	for _, d := range []string{"dev", "proc", "sys"} {
+		if _, err := os.Lstat(filepath.Join(image, d)); err == nil {
+			t.Errorf("the image tree got /%s", d)
+		}
+	}
+}

@@ -203,6 +203,9 @@ func configure(lib *krun.Library, spec *Spec) (*krun.Context, []*os.File, *os.Fi
 			if err := ctx.AddVirtiofs(krun.RootTag, spec.Root.Image, true); err != nil {
 				return fmt.Errorf("block root: %w", err)
 			}
+			if err := initMountPoints(ctx, lib, spec.Root.Image); err != nil {
+				return fmt.Errorf("block root: %w", err)
+			}
 			disk, err := openDisk(spec.Root.Disk, spec.Root.DiskSize)
 			if err != nil {
 				return err
