@@ -291,8 +291,14 @@ func (s *Spec) Validate() error {
 	}
 
 	r := s.Root
+	kinds := 0
+	for _, set := range []bool{r.Dir != "", r.IsOverlay(), r.IsBlock() || r.Image != ""} {
+		if set {
+			kinds++
+		}
+	}
 	switch {
-	case btoi(r.Dir != "")+btoi(r.IsOverlay())+btoi(r.IsBlock() || r.Image != "") > 1:
+	case kinds > 1:
 		bad("root: set one of dir, lower/upper/work/merged and image/disk, not several")
 	case r.IsBlock() || r.Image != "":
 		abs("root image", r.Image)
@@ -447,13 +453,6 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("invalid VM spec: %w", err)
 	}
 	return nil
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // within reports whether path is dir or below it; both clean and absolute.
