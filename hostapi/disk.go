@@ -1,6 +1,7 @@
 package hostapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -48,22 +49,45 @@ var mke2fsNames = []string{
 	"/opt/homebrew/opt/e2fsprogs/sbin/mke2fs", "/usr/local/opt/e2fsprogs/sbin/mke2fs",
 }
 
-// Mke2fs returns the mke2fs program that formats block roots' disks, or
-// an error saying how to install it.
+// Mke2fs returns the mke2fs program of e2fsprogs that formats block roots'
+// disks, or an error saying how to install it. A BusyBox mke2fs (PATH's
+// first on Alpine and in initramfs images) makes ext2 only and takes none
+// of the options makeDisk passes: it is passed over.
 func Mke2fs() (string, error) {
+	candidates := mke2fsNames
 	if p, err := exec.LookPath("mke2fs"); err == nil {
-		return p, nil
+		candidates = append([]string{p}, candidates...)
 	}
-	for _, p := range mke2fsNames {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+	var other string
+	for _, p := range candidates {
+		fi, err := os.Stat(p)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			continue
+		}
+		if isE2fsprogs(p) {
 			return p, nil
 		}
+		if other == "" {
+			other = p
+		}
 	}
-	hint := "install e2fsprogs (apt-get install e2fsprogs, dnf install e2fsprogs)"
+	hint := "install e2fsprogs (apt-get install e2fsprogs, dnf install e2fsprogs, apk add e2fsprogs)"
 	if runtime.GOOS == "darwin" {
 		hint = "install e2fsprogs (brew install e2fsprogs)"
 	}
+	if other != "" {
+		return "", fmt.Errorf("no mke2fs of e2fsprogs, which formats block roots' disks (%s is another, such as BusyBox's): %s", other, hint)
+	}
 	return "", fmt.Errorf("no mke2fs, which formats block roots' disks: %s", hint)
+}
+
+// isE2fsprogs tells whether the mke2fs at p is e2fsprogs': its -V names
+// the EXT2FS library (BusyBox's refuses -V).
+func isE2fsprogs(p string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, p, "-V").CombinedOutput()
+	return err == nil && bytes.Contains(out, []byte("EXT2FS Library"))
 }
 
 // makeDisk makes a block root's disk at path: a sparse file of size bytes

@@ -3,6 +3,7 @@ package hostapi
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -87,5 +88,35 @@ func TestSandboxDisk(t *testing.T) {
 	ov := started(t, h, Config{Image: ref, Root: RootOverlay})
 	if d, err := ov.Disk(); d != nil || err != nil {
 		t.Errorf("an overlay root's Disk() = %+v, %v; want none", d, err)
+	}
+}
+
+// Mke2fs passes over a BusyBox mke2fs first in PATH (Alpine, initramfs
+// images such as the real-VM tier's L1), which rejects makeDisk's options.
+func TestMke2fsSkipsBusyBox(t *testing.T) {
+	want, err := Mke2fs()
+	if err != nil {
+		t.Skip(err)
+	}
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("no busybox to stand for its mke2fs")
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(busybox, filepath.Join(dir, "mke2fs")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	got, err := Mke2fs()
+	if err != nil || got == filepath.Join(dir, "mke2fs") {
+		t.Fatalf("Mke2fs with BusyBox's first in PATH: %q, %v; want e2fsprogs' (%s)", got, err, want)
+	}
+	// With only BusyBox's, the error says what it found and what to install.
+	saved := mke2fsNames
+	t.Cleanup(func() { mke2fsNames = saved })
+	mke2fsNames = nil
+	t.Setenv("PATH", dir)
+	if _, err := Mke2fs(); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "mke2fs")) || !strings.Contains(err.Error(), "e2fsprogs") {
+		t.Fatalf("Mke2fs with only BusyBox's: %v, want an error naming it and e2fsprogs", err)
 	}
 }
