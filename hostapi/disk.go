@@ -54,10 +54,13 @@ var mke2fsNames = []string{
 // first on Alpine and in initramfs images) makes ext2 only and takes none
 // of the options makeDisk passes: it is passed over.
 func Mke2fs() (string, error) {
-	candidates := mke2fsNames
-	if p, err := exec.LookPath("mke2fs"); err == nil {
-		candidates = append([]string{p}, candidates...)
+	var candidates []string
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if filepath.IsAbs(dir) {
+			candidates = append(candidates, filepath.Join(dir, "mke2fs"))
+		}
 	}
+	candidates = append(candidates, mke2fsNames...)
 	var other string
 	for _, p := range candidates {
 		fi, err := os.Stat(p)
