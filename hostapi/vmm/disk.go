@@ -112,6 +112,12 @@ func BlockUnavailable(r *ProbeReport) error {
 		return fmt.Errorf("libkrun %s has no disks (it was built without BLK=1: no %s)", r.Library, krun.DiskFunc)
 	case slices.Contains(r.Missing, "krun_fs_add_overlay_file") || slices.Contains(r.Missing, "krun_add_virtiofs3"):
 		return fmt.Errorf("libkrun %s lacks read-only shares or overlay files (libkrun 1.19 has both)", r.Library)
+	case r.StaleShares != "" && !r.TestDouble:
+		// krun.ShareCacheFunc marks the libkrun krunbox builds
+		// (hack/libkrun), which carries the fix below too.
+		return fmt.Errorf("libkrun %s is not the one krunbox ships (it lacks %s): upstream's 1.19 answers EOPNOTSUPP to the "+
+			"file-attribute ioctl overlayfs makes when it copies an image file up, so every write to one would fail in the guest "+
+			"(hack/libkrun/0002-*.patch fixes it); use the release bundle's libkrun, or make libkrun", r.Library, krun.ShareCacheFunc)
 	case r.TestDouble && os.Geteuid() != 0:
 		return errors.New("the libkrun test double makes each disk a loop device, which needs root")
 	}

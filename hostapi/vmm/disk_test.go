@@ -64,6 +64,10 @@ func TestOpenDisk(t *testing.T) {
 
 func TestBlockUnavailable(t *testing.T) {
 	ok := ProbeReport{Library: "/lib/libkrun.so.1", Disks: true}
+	doubleWant := "" // the double's disks are loop devices
+	if os.Geteuid() != 0 {
+		doubleWant = "which needs root"
+	}
 	tests := []struct {
 		name   string
 		change func(r *ProbeReport)
@@ -73,6 +77,8 @@ func TestBlockUnavailable(t *testing.T) {
 		{"no BLK", func(r *ProbeReport) { r.Disks = false }, "built without BLK=1"},
 		{"before 1.19", func(r *ProbeReport) { r.Missing = []string{"krun_fs_add_overlay_file"} }, "libkrun 1.19 has both"},
 		{"not loaded", func(r *ProbeReport) { r.LoadErr = "no libkrun" }, "no libkrun"},
+		{"upstream's 1.19", func(r *ProbeReport) { r.StaleShares = "stale" }, "answers EOPNOTSUPP"},
+		{"the double", func(r *ProbeReport) { r.StaleShares, r.TestDouble = "stale", true }, doubleWant},
 	}
 	for _, tt := range tests {
 		r := ok
