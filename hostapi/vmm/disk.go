@@ -60,9 +60,14 @@ func initMountPoints(ctx *krun.Context, lib *krun.Library, image string) error {
 }
 
 // openDisk opens a block root's disk image read-write without following a
-// symlink, and checks that it is a regular file of size bytes. The
-// descriptor must stay open while libkrun uses the image by its path
-// (fdPath), so that what was checked is what the guest gets.
+// symlink, and checks that it is a regular file of at most size bytes. A
+// shorter one is extended back to size: libkrun (its imago backend) cuts
+// the file short when the guest discards the disk's last blocks (a real
+// VM, 2026-12-03: 8 MiB less after a full disk was emptied), and what is
+// past the end reads as zeros, as discarded blocks do. A longer one was
+// grown by something else and is refused. The descriptor must stay open
+// while libkrun uses the image by its path (fdPath), so that what was
+// checked is what the guest gets.
 func openDisk(path string, size int64) (*os.File, error) {
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ELOOP) {
@@ -77,8 +82,12 @@ func openDisk(path string, size int64) (*os.File, error) {
 	case err != nil:
 	case !fi.Mode().IsRegular():
 		err = fmt.Errorf("not a regular file (%v): refused", fi.Mode().Type())
-	case fi.Size() != size:
+	case fi.Size() > size:
 		err = fmt.Errorf("%d bytes where the sandbox's disk has %d: refused", fi.Size(), size)
+	case fi.Size() < size:
+		if terr := f.Truncate(size); terr != nil {
+			err = fmt.Errorf("extend to the disk's %d bytes: %w", size, terr)
+		}
 	}
 	if err != nil {
 		f.Close()

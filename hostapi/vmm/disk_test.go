@@ -37,6 +37,7 @@ func TestOpenDisk(t *testing.T) {
 		{"regular file of the size", img, size, ""},
 		{"a symlink to one", link, size, "is a symbolic link: refused"},
 		{"grown", img, size / 2, "1048576 bytes where the sandbox's disk has 524288: refused"},
+		{"cut short (libkrun's discard of the last blocks)", img, 2 * size, ""},
 		{"a fifo, never blocked on", fifo, size, "not a regular file"},
 		{"a directory", dir, size, "is a directory"},
 		{"missing", filepath.Join(dir, "none"), size, "no such file"},
@@ -48,7 +49,10 @@ func TestOpenDisk(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				f.Close()
+				defer f.Close()
+				if fi, err := f.Stat(); err != nil || fi.Size() != tt.size {
+					t.Errorf("openDisk(%s, %d): the file has %v bytes (%v), want it extended to the disk's size", tt.path, tt.size, fi.Size(), err)
+				}
 				return
 			}
 			var de *DiskError
