@@ -37,10 +37,9 @@ func BenchmarkRealVMBlockRoot(b *testing.B) {
 		b.Cleanup(func() { c.Close() })
 		// The files, on a tmpfs of the guest, and their tar beside them.
 		const prep = `set -e; mkdir -p /bench-tmpfs; mount -t tmpfs none /bench-tmpfs; mkdir /bench-tmpfs/src; cd /bench-tmpfs/src
-			head -c $(($0 / 20 * 1024)) /dev/urandom > /bench-tmpfs/chunk
-			d=0; while [ $d -lt 20 ]; do mkdir d$d; (cd d$d && split -b 1024 -a 3 /bench-tmpfs/chunk); d=$((d+1)); done
+			i=0; while [ $i -lt $0 ]; do d=d$((i % 20)); mkdir -p $d; head -c 1024 /dev/urandom > $d/f$i; i=$((i+1)); done
 			test "$(find . -type f | wc -l)" = $0
-			tar -cf /bench-tmpfs/t.tar . ; rm -rf /bench-tmpfs/src /bench-tmpfs/chunk`
+			tar -cf /bench-tmpfs/t.tar . ; rm -rf /bench-tmpfs/src`
 		if out, err := c.Output(ctx, "sh", "-c", prep, strconv.Itoa(blockBenchFiles)); err != nil {
 			b.Fatalf("prepare the files: %v %s", err, out)
 		}
