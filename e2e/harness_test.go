@@ -59,6 +59,8 @@ var scenarios = []scenario{
 	{"Isolated", testIsolated},
 	{"NamedSandboxPersists", testNamedSandboxPersists},
 	{"CopyRoot", testCopyRoot},
+	{"BlockRoot", testBlockRoot},
+	{"BlockRootHostile", testBlockRootHostile},
 	{"RmLeavesNothing", testRmLeavesNothing},
 	{"ConcurrentStarts", testConcurrentStarts},
 	{"KilledRunner", testKilledRunner},

@@ -111,6 +111,13 @@ func New(opts Options) (*Agent, error) {
 		done:       make(chan struct{}),
 	}
 	a.boot.AgentStart = opts.Started
+	if opts.Setup && cfg.RootDisk != nil {
+		// Before anything else: every later write to the root (mount
+		// points, CA bundles, the guest's own) must reach the disk.
+		if err := switchRoot(cfg.RootDisk); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Setup {
 		a.setup()
 	}

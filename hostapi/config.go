@@ -65,6 +65,11 @@ type Config struct {
 	CPUs int `json:"cpus,omitempty"`
 	// MemoryMiB is the guest memory; 0 means DefaultMemoryMiB.
 	MemoryMiB int `json:"memory_mib,omitempty"`
+	// DiskMiB is the size of a block root's disk (RootBlock): the most
+	// the guest can write to its root file system before it gets ENOSPC;
+	// the host file takes only what the guest wrote. 0 means
+	// DefaultDiskMiB. Other roots ignore it.
+	DiskMiB int `json:"disk_mib,omitempty"`
 	// Workspace is a host directory mounted live at the same absolute path
 	// in the guest and used as the default working directory. A git
 	// worktree's or submodule's git directories outside it are mounted
@@ -106,7 +111,7 @@ type Config struct {
 	// Host.List or Host.Create removes it. "krunbox run --rm" sets it.
 	AutoRemove bool `json:"auto_remove,omitempty"`
 	// Root chooses how the sandbox's root file system is made: RootAuto
-	// (the default), RootOverlay or RootCopy.
+	// (the default), RootBlock, RootOverlay or RootCopy.
 	Root RootKind `json:"root,omitempty"`
 	// Secrets are keys the guest may use without holding them: it sees
 	// each Name set to a random placeholder, and the host replaces the
@@ -139,6 +144,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MemoryMiB == 0 {
 		c.MemoryMiB = DefaultMemoryMiB
+	}
+	if c.DiskMiB == 0 {
+		c.DiskMiB = DefaultDiskMiB
 	}
 	if c.Network == "" {
 		c.Network = NetworkPublic
@@ -190,6 +198,9 @@ func (c *Config) validate() error {
 	}
 	if c.MemoryMiB < 128 {
 		errs = append(errs, fmt.Errorf("memory %d MiB: want at least 128 MiB", c.MemoryMiB))
+	}
+	if c.DiskMiB < MinDiskMiB || c.DiskMiB > MaxDiskMiB {
+		errs = append(errs, fmt.Errorf("disk %d MiB: want %d MiB to %d MiB", c.DiskMiB, MinDiskMiB, MaxDiskMiB))
 	}
 	for _, e := range c.Env {
 		if err := protocol.CheckEnv(e); err != nil {

@@ -53,6 +53,8 @@ type Host struct {
 
 	// checkOverlay runs vmm.CheckOverlay once (see Host.checkOverlay).
 	checkOverlay func() error
+	// checkBlock runs vmm.CheckBlock once (see Host.blockCheck).
+	checkBlock func() error
 	// protectsPaths is vmm.ProtectsPaths; tests replace it.
 	protectsPaths func(vmm.Root) bool
 }
@@ -89,6 +91,7 @@ func WithLogger(l *slog.Logger) HostOption { return func(h *Host) { h.log = l } 
 func NewHost(opts ...HostOption) (*Host, error) {
 	h := &Host{startTimeout: 60 * time.Second, stopTimeout: 10 * time.Second, log: slog.Default(), protectsPaths: vmm.ProtectsPaths}
 	h.checkOverlay = sync.OnceValue(h.overlayCheck)
+	h.checkBlock = sync.OnceValue(h.blockCheck)
 	for _, o := range opts {
 		o(h)
 	}
@@ -186,7 +189,7 @@ func (h *Host) Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err := refuseExposure(mounts, h.ownDirs()); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	root, err := h.chooseRoot(cfg.Root)
+	root, err := h.chooseRoot(cfg.Root, cfg.DiskMiB)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}

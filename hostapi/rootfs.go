@@ -33,23 +33,34 @@ const (
 	// copied otherwise, which costs the image's size in disk and time and
 	// is logged as a warning.
 	RootCopy RootKind = "copy"
+	// RootBlock: the image's cached tree, shared read-only with the
+	// guest, under a writable layer on a disk of the sandbox's own (a
+	// sparse ext4 image of Config.DiskMiB, made at its first start): the
+	// guest agent mounts the disk and assembles the overlay in the
+	// guest, so the host never mounts or reads what the guest writes,
+	// and the guest's writes are bounded by the disk's size. It needs a
+	// libkrun with disks (a BLK build) and mke2fs on the host (see
+	// vmm.CheckBlock).
+	RootBlock RootKind = "block"
 )
 
-// ParseRootKind parses "auto", "overlay" or "copy".
+// ParseRootKind parses "auto", "block", "overlay" or "copy".
 func ParseRootKind(s string) (RootKind, error) {
 	switch k := RootKind(s); k {
-	case RootAuto, RootOverlay, RootCopy:
+	case RootAuto, RootBlock, RootOverlay, RootCopy:
 		return k, nil
 	}
-	return "", fmt.Errorf("root %q: want %s, %s or %s", s, RootAuto, RootOverlay, RootCopy)
+	return "", fmt.Errorf("root %q: want %s, %s, %s or %s", s, RootAuto, RootBlock, RootOverlay, RootCopy)
 }
 
 // RootInfo is the root a sandbox was created with.
 type RootInfo struct {
-	// Kind is RootOverlay or RootCopy.
+	// Kind is RootBlock, RootOverlay or RootCopy.
 	Kind RootKind `json:"kind"`
-	// Reason says why a RootCopy sandbox is not an overlay.
+	// Reason says why a sandbox's root is not the one RootAuto prefers.
 	Reason string `json:"reason,omitempty"`
+	// DiskSize is a RootBlock sandbox's disk size in bytes.
+	DiskSize int64 `json:"disk_size,omitempty"`
 }
 
 // Root says how the sandbox's root file system is made.
@@ -88,8 +99,44 @@ func (e *OverlayUnavailableError) Hint() string {
 	return "use a copied root (root = \"auto\" or \"copy\", KRUNBOX_ROOT, --root); 'krunbox doctor' says how to enable overlay roots"
 }
 
-// chooseRoot decides the root of a sandbox asked to have kind.
-func (h *Host) chooseRoot(kind RootKind) (RootInfo, error) {
+// BlockUnavailableError reports a sandbox asked to have a block root on a
+// host that cannot give it one.
+type BlockUnavailableError struct {
+	// Err says what is missing: libkrun's disks, mke2fs.
+	Err error
+}
+
+func (e *BlockUnavailableError) Error() string {
+	return "block roots are unavailable on this host: " + e.Err.Error()
+}
+
+func (e *BlockUnavailableError) Unwrap() error { return e.Err }
+
+// Hint says what to do.
+func (e *BlockUnavailableError) Hint() string {
+	return "use another root (root = \"auto\", \"overlay\" or \"copy\", KRUNBOX_ROOT, --root); 'krunbox doctor' says what block roots need"
+}
+
+// blockCheck runs vmm.CheckBlock on the host's libkrun and looks for
+// mke2fs. A Host runs it once (checkBlock).
+func (h *Host) blockCheck() error {
+	if _, err := Mke2fs(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return vmm.CheckBlock(ctx, h.libkrun)
+}
+
+// chooseRoot decides the root of a sandbox asked to have kind, with a
+// disk of diskMiB for a block root.
+func (h *Host) chooseRoot(kind RootKind, diskMiB int) (RootInfo, error) {
+	if kind == RootBlock {
+		if err := h.checkBlock(); err != nil {
+			return RootInfo{}, &BlockUnavailableError{Err: err}
+		}
+		return RootInfo{Kind: RootBlock, DiskSize: int64(diskMiB) << 20}, nil
+	}
 	if kind == RootCopy {
 		return RootInfo{Kind: RootCopy, Reason: "a copy was asked for"}, nil
 	}
@@ -113,9 +160,21 @@ func (h *Host) overlayCheck() error {
 	return vmm.CheckOverlay(h.dirs.Sandboxes())
 }
 
-// root returns the VM's root: the image tree under the sandbox's writable
-// layer, or the sandbox's own copy of the image, made at its first start.
+// root returns the VM's root: the image tree and the sandbox's disk (made
+// at its first start), the image tree under the sandbox's writable layer,
+// or the sandbox's own copy of the image, made at its first start.
 func (s *Sandbox) root(ctx context.Context) (vmm.Root, error) {
+	if r := s.Root(); r.Kind == RootBlock {
+		tree, err := s.imageTree(ctx)
+		if err != nil {
+			return vmm.Root{}, err
+		}
+		disk, err := s.blockDisk(ctx)
+		if err != nil {
+			return vmm.Root{}, err
+		}
+		return vmm.Root{Image: tree, Disk: disk, DiskSize: r.DiskSize}, nil
+	}
 	if s.Root().Kind == RootOverlay {
 		tree, err := s.imageTree(ctx)
 		if err != nil {

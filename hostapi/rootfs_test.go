@@ -287,12 +287,12 @@ func TestRootKindValidation(t *testing.T) {
 	for _, tt := range []struct {
 		in   RootKind
 		fail bool
-	}{{"", false}, {RootAuto, false}, {RootOverlay, false}, {RootCopy, false}, {"clone", true}} {
+	}{{"", false}, {RootAuto, false}, {RootBlock, false}, {RootOverlay, false}, {RootCopy, false}, {"clone", true}} {
 		err := Config{Image: "x", Root: tt.in}.Validate()
 		if (err != nil) != tt.fail {
 			t.Errorf("root %q: %v, want failure %v", tt.in, err, tt.fail)
 		}
-		if tt.fail && !strings.Contains(err.Error(), "want auto, overlay or copy") {
+		if tt.fail && !strings.Contains(err.Error(), "want auto, block, overlay or copy") {
 			t.Errorf("root %q: %v does not say what is valid", tt.in, err)
 		}
 	}

@@ -591,6 +591,9 @@ func (s *Sandbox) vmSpec(ctx context.Context, o startOptions) (*vmm.Spec, error)
 	} else if np.UsesStack() {
 		ac.Net = guestNet()
 	}
+	if root.IsBlock() {
+		ac.RootDisk = &protocol.RootDisk{ID: vmm.DiskID, FSType: protocol.RootDiskFSType}
+	}
 	for i, m := range s.rec.Mounts {
 		tag := mountTag(i)
 		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly, Cached: m.Cached})

@@ -33,6 +33,7 @@ typedef int32_t (*kb_vsock_port2_fn)(uint32_t, uint32_t, const char *, bool);
 typedef int32_t (*kb_overlay_file_fn)(uint32_t, const char *, const char *, const uint8_t *, size_t, uint32_t, bool);
 typedef int32_t (*kb_overlay_dir_fn)(uint32_t, const char *, const char *, uint32_t);
 typedef int32_t (*kb_net_fn)(uint32_t, const char *, int, uint8_t *, uint32_t, uint32_t);
+typedef int32_t (*kb_disk2_fn)(uint32_t, const char *, const char *, uint32_t, bool);
 typedef int (*kb_krunfw_version_fn)(void);
 
 static int32_t kb_noargs(void *f) { return ((kb_noargs_fn)f)(); }
@@ -53,6 +54,7 @@ static int32_t kb_vsock_port2(void *f, uint32_t c, uint32_t port, const char *p,
 static int32_t kb_overlay_file(void *f, uint32_t c, const char *t, const char *p, void *d, size_t n, uint32_t m, bool o) { return ((kb_overlay_file_fn)f)(c, t, p, (const uint8_t *)d, n, m, o); }
 static int32_t kb_net_fd(void *f, uint32_t c, int fd, uint8_t *mac, uint32_t feat, uint32_t flags) { return ((kb_net_fn)f)(c, NULL, fd, mac, feat, flags); }
 static int32_t kb_overlay_dir(void *f, uint32_t c, const char *t, const char *p, uint32_t m) { return ((kb_overlay_dir_fn)f)(c, t, p, m); }
+static int32_t kb_disk2(void *f, uint32_t c, const char *id, const char *p, uint32_t fmt, bool ro) { return ((kb_disk2_fn)f)(c, id, p, fmt, ro); }
 static int kb_krunfw_version(void *f) { return ((kb_krunfw_version_fn)f)(); }
 
 // kb_file returns the file the library holding symbol s was loaded from.
@@ -239,6 +241,13 @@ func (b *dlBackend) netFd(name string, ctx uint32, fd int32, mac [6]byte, featur
 	defer C.free(unsafe.Pointer(cm))
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(cm)), 6), mac[:])
 	return int32(C.kb_net_fd(b.sym(name), C.uint32_t(ctx), C.int(fd), cm, C.uint32_t(features), C.uint32_t(flags)))
+}
+
+func (b *dlBackend) disk2(ctx uint32, id, path string, format uint32, readOnly bool) int32 {
+	ci, cp := C.CString(id), C.CString(path)
+	defer C.free(unsafe.Pointer(ci))
+	defer C.free(unsafe.Pointer(cp))
+	return int32(C.kb_disk2(b.sym(DiskFunc), C.uint32_t(ctx), ci, cp, C.uint32_t(format), C.bool(readOnly)))
 }
 
 func (b *dlBackend) overlayFile(ctx uint32, tag, path string, data unsafe.Pointer, n uintptr, mode uint32, oneShot bool) int32 {

@@ -116,6 +116,12 @@ type dump struct {
 		Mode uint32 `json:"mode"`
 		Len  int    `json:"len"`
 	} `json:"overlays"`
+	Disks []struct {
+		ID       string `json:"id"`
+		Path     string `json:"path"`
+		Format   uint32 `json:"format"`
+		ReadOnly bool   `json:"read_only"`
+	} `json:"disks"`
 }
 
 func openDouble(t *testing.T) *Library {
@@ -366,9 +372,10 @@ func TestStartEnterErrorsReturn(t *testing.T) {
 func TestFeatures(t *testing.T) {
 	lib := openDouble(t)
 	for _, f := range AllFeatures() {
-		// The double has NET (krun_add_net_unixstream), nothing else.
-		if ok, err := lib.HasFeature(f); err != nil || ok != (f == FeatureNet) {
-			t.Errorf("HasFeature(%s) = %v, %v; the double has NET only", f, ok, err)
+		// The double has NET (krun_add_net_unixstream) and BLK
+		// (krun_add_disk*), nothing else.
+		if ok, err := lib.HasFeature(f); err != nil || ok != (f == FeatureNet || f == FeatureBlk) {
+			t.Errorf("HasFeature(%s) = %v, %v; the double has NET and BLK only", f, ok, err)
 		}
 	}
 	t.Setenv("TESTKRUN_NO_NET", "1")
@@ -490,6 +497,48 @@ func TestShareCache(t *testing.T) {
 
 // An upstream libkrun lacks krun_set_virtiofs_cache: the error says so and
 // where the function comes from.
+func TestAddDisk(t *testing.T) {
+	lib := openDouble(t)
+	if !lib.HasDisks() {
+		t.Fatalf("the double lacks %s", DiskFunc)
+	}
+	c, err := lib.NewContext()
+	must(t, err)
+	must(t, c.AddDisk("root", "/images/root.img", DiskRaw, false))
+	must(t, c.AddDisk("data", "/images/data.qcow2", DiskQcow2, true))
+	if err := c.AddDisk("x", "/a\x00b", DiskRaw, false); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("a path with a NUL: %v, want EINVAL before the library", err)
+	}
+	var ke *Error
+	if err := c.AddDisk("x", "/x.img", DiskFormat(7), false); !errors.As(err, &ke) || ke.Errno != syscall.EINVAL {
+		t.Errorf("an unknown format: %v, want the library's EINVAL", err)
+	}
+	d := freeAndDump(t, c)
+	if len(d.Disks) != 2 || d.Disks[0].ID != "root" || d.Disks[0].Path != "/images/root.img" || d.Disks[0].Format != 0 || d.Disks[0].ReadOnly ||
+		d.Disks[1].ID != "data" || d.Disks[1].Format != 1 || !d.Disks[1].ReadOnly {
+		t.Errorf("the double got disks %+v", d.Disks)
+	}
+}
+
+// A libkrun built without BLK exports no disk function: AddDisk says so.
+func TestAddDiskUnsupported(t *testing.T) {
+	lib, err := Open(testkrun.Build(t, "-DTESTKRUN_NO_BLK"))
+	must(t, err)
+	if lib.HasDisks() {
+		t.Fatalf("a double built without BLK exports %s", DiskFunc)
+	}
+	if ok, err := lib.HasFeature(FeatureBlk); err != nil || ok {
+		t.Errorf("HasFeature(blk) = %v, %v; want false", ok, err)
+	}
+	c, err := lib.NewContext()
+	must(t, err)
+	defer c.Free()
+	var ue *UnsupportedError
+	if err := c.AddDisk("root", "/x.img", DiskRaw, false); !errors.As(err, &ue) || ue.Func != DiskFunc || !strings.Contains(err.Error(), "1.10 or later built with BLK") {
+		t.Errorf("AddDisk without BLK: %v, want an UnsupportedError for %s", err, DiskFunc)
+	}
+}
+
 func TestShareCacheUnsupported(t *testing.T) {
 	lib, err := Open(testkrun.Build(t, "-DTESTKRUN_STOCK"))
 	must(t, err)

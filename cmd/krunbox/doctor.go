@@ -135,6 +135,9 @@ func doctor(ctx context.Context, w io.Writer, o doctorOptions) bool {
 	}
 
 	doctorLibkrun(c, probe, probeErr)
+	if probeErr == nil && probe.LoadErr == "" {
+		doctorRoot(c, probe)
+	}
 
 	if runtime.GOOS == "darwin" {
 		doctorEntitlement(c)
@@ -214,6 +217,23 @@ func doctorNamespaces(c *checkList) {
 		return
 	}
 	c.ok("namespaces", "the runner gets its namespaces and mounts overlay roots: creating a sandbox copies nothing")
+}
+
+// doctorRoot says whether this host gives block roots (root = "block";
+// auto still takes an overlay, see the namespaces line), and what they
+// need when it cannot.
+func doctorRoot(c *checkList, r *vmm.ProbeReport) {
+	err := vmm.BlockUnavailable(r)
+	mke2fs, merr := hostapi.Mke2fs()
+	if err == nil {
+		err = merr
+	}
+	if err != nil {
+		c.bad(false, "block root", fmt.Errorf("%w; --root block is refused here, overlay and copied roots work (see the namespaces line)", err),
+			"block roots (the guest's writes on a disk of its own, bounded by disk_size) need krunbox's libkrun 1.19, built with BLK=1 (the release bundle's, or make libkrun), and mke2fs (e2fsprogs)")
+		return
+	}
+	c.ok("block root", "--root block works (auto takes an overlay still): libkrun has disks, %s formats them", mke2fs)
 }
 
 // doctorLibkrun reports what the probe of libkrun found: the library, its

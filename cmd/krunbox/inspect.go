@@ -24,6 +24,8 @@ type inspectJSON struct {
 	Image  hostapi.ImageInfo `json:"image"`
 	// Root says how the sandbox's root file system is made.
 	Root hostapi.RootInfo `json:"root"`
+	// Disk is a block root's disk: its size and what it takes on the host.
+	Disk *hostapi.DiskInfo `json:"disk,omitempty"`
 	// Git says how the hooks and config the host's git runs are kept from
 	// the guest, and, where they could not be made read-only, what the
 	// guest changed.
@@ -95,7 +97,11 @@ func inspectSandbox(ctx context.Context, h *hostapi.Host, name string) (*inspect
 	if err != nil {
 		return nil, err
 	}
-	return &inspectJSON{
+	disk, err := sb.Disk()
+	if err != nil {
+		return nil, err
+	}
+	return &inspectJSON{Disk: disk,
 		Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Root: sb.Root(), Git: git, Status: st, Isolation: sb.Isolation(),
 		StaleShares: staleShares(ctx, h, sb, st),
 		Paths: inspectPathsJSON{

@@ -23,6 +23,8 @@ type sandboxJSON struct {
 	Pid int `json:"pid,omitempty"`
 	// Reason says why a sandbox is dead or unresponsive.
 	Reason string `json:"reason,omitempty"`
+	// Disk is a block root's disk: its size and what it takes on the host.
+	Disk *hostapi.DiskInfo `json:"disk,omitempty"`
 }
 
 func newLsCmd(s *streams) *cobra.Command {
@@ -54,6 +56,7 @@ seen. -q and --json list the same ones.`,
 			var wg sync.WaitGroup
 			for i, sb := range sbs {
 				rows[i] = sandboxJSON{Name: sb.Name(), Image: sb.Image().Ref, Created: sb.Created(), Workspace: sb.Config().Workspace}
+				rows[i].Disk, _ = sb.Disk()
 				wg.Go(func() {
 					st, err := sb.Status(cmd.Context())
 					if err != nil {
@@ -79,9 +82,9 @@ seen. -q and --json list the same ones.`,
 				return printJSON(s.out, rows)
 			}
 			tw := tabwriter.NewWriter(s.out, 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tIMAGE\tSTATE\tCREATED\tWORKSPACE")
+			fmt.Fprintln(tw, "NAME\tIMAGE\tSTATE\tCREATED\tDISK\tWORKSPACE")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Image, r.State, ago(time.Since(r.Created)), r.Workspace)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Image, r.State, ago(time.Since(r.Created)), diskColumn(r.Disk), r.Workspace)
 			}
 			return tw.Flush()
 		},
@@ -90,4 +93,13 @@ seen. -q and --json list the same ones.`,
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print the names only")
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "list every sandbox, created and stopped ones too")
 	return cmd
+}
+
+// diskColumn shows a block root's disk as what it takes of its size, "-"
+// for other roots.
+func diskColumn(d *hostapi.DiskInfo) string {
+	if d == nil {
+		return "-"
+	}
+	return humanSize(d.Used) + " / " + humanSize(d.Size)
 }

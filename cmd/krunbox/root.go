@@ -109,6 +109,7 @@ func newRootCmd(s *streams) *cobra.Command {
 		newConfigCmd(s),
 		newPullCmd(s),
 		newImagesCmd(s),
+		newDfCmd(s),
 		newExportCmd(s),
 		newRmiCmd(s),
 		newPruneCmd(s),

@@ -101,10 +101,11 @@ func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	}
 	add("cpus", "cpus", "number of vCPUs")
 	add("memory", "memory", "guest memory, e.g. 2GiB or 512MiB")
+	add("disk_size", "disk", "disk of a block root, the most the guest can write to its root, e.g. 16GiB (sparse: the host spends what the guest writes)")
 	add("network", "net", "network: public (the internet, no private or host address; the default), allow=RULE,... (host names, *.domain, IPs, CIDRs, each optionally :PORT), open (everything, the host included), tsi (the host's, through libkrun) or none")
 	add("pull_policy", "pull", "when to pull the image: missing (if not cached), always or never")
 	add("platform", "platform", "image platform, e.g. linux/arm64; default: the host's")
-	add("root", "root", "root file system: auto (an overlay where the host allows it, else a copy of the image), overlay or copy")
+	add("root", "root", "root file system: auto (an overlay where the host allows it, else a copy of the image), block (the guest's writes on a disk of its own, --disk), overlay or copy")
 	fl.BoolVar(&f.gitWritable, "git-writable", false, "let the guest change the hooks and config your git runs in the workspace's .git, read-only by default (config git_writable)")
 	if idle {
 		add("idle_timeout", "idle-timeout", "stop the VM after this long without exec or file activity, e.g. 30m; 0 never")
@@ -136,6 +137,7 @@ func (f *sandboxFlags) config(cmd *cobra.Command, uc *userconfig.Config, image s
 		Platform:    uc.Platform,
 		CPUs:        uc.CPUs,
 		MemoryMiB:   uc.MemoryMiB,
+		DiskMiB:     uc.DiskMiB,
 		Workspace:   f.workspace,
 		Isolate:     f.isolate,
 		Workdir:     f.workdir,

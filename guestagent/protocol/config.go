@@ -68,7 +68,25 @@ type Config struct {
 	// Net, when set, is the guest's network interface to set up at boot
 	// (a virtio-net device connected to the host's network stack).
 	Net *NetConfig `json:"net,omitempty"`
+	// RootDisk, when set, is a block root's disk: before anything else
+	// the agent mounts it and makes the guest's root an overlay of "/"
+	// (the image tree, read-only) under the disk's file system, so that
+	// every write to the root reaches the disk. An agent that cannot
+	// exits, which stops the VM, saying why on the console.
+	RootDisk *RootDisk `json:"root_disk,omitempty"`
 }
+
+// RootDisk is a block root's disk.
+type RootDisk struct {
+	// ID is the disk's libkrun id; the guest finds the disk by it
+	// (package vmdev).
+	ID string `json:"id"`
+	// FSType is the disk's file system: "ext4".
+	FSType string `json:"fs_type"`
+}
+
+// RootDiskFSType is the file system of block roots' disks.
+const RootDiskFSType = "ext4"
 
 // NetConfig is the static setup of the guest's network interface.
 type NetConfig struct {
@@ -123,6 +141,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MainWait < 0 {
 		errs = append(errs, errors.New("negative main command wait"))
+	}
+	if d := c.RootDisk; d != nil && (d.ID == "" || strings.ContainsAny(d.ID, "/\x00") || d.FSType != RootDiskFSType) {
+		errs = append(errs, fmt.Errorf("root disk %q (%s): want an id without '/' and file system %s", d.ID, d.FSType, RootDiskFSType))
 	}
 	if c.CACert != "" && !strings.HasPrefix(c.CACert, "-----BEGIN CERTIFICATE-----") {
 		errs = append(errs, errors.New("ca_cert is not a PEM certificate"))

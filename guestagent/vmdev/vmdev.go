@@ -14,6 +14,8 @@
 //     the guest connects out on, the double listens on it.
 //   - $KRUNBOX_TESTKRUN_DIR/virtiofs/<tag> is the directory shared under the
 //     virtio-fs tag <tag>; mounting the tag bind-mounts it.
+//   - $KRUNBOX_TESTKRUN_DIR/block/<id> is the disk added with the id <id>:
+//     a loop device of its image.
 //
 // Real libkrun never sets the variable, so production always uses the real
 // devices. This is the only place the agent behaves differently under test.
@@ -107,4 +109,14 @@ func MountVirtiofs(tag, target string, readOnly bool) error {
 		}
 	}
 	return nil
+}
+
+// BlockDevice is the device node of the VM's disk id, its first and only
+// one: /dev/vda in a VM (libkrun names its disks by the order they were
+// added, and the guest cannot see their ids).
+func BlockDevice(id string) string {
+	if dir := testDir(); dir != "" {
+		return filepath.Join(dir, "block", id)
+	}
+	return "/dev/vda"
 }

@@ -240,9 +240,12 @@ for line in "${lines[@]}"; do
 	t0=$(date +%s)
 	klib=$KRUN_LIB
 	[ "$kind" = dist ] && klib=none # a machine with nothing installed: the bundle brings libkrun
-	# git for the e2e scenario GitWorktree and BenchmarkRealVMShares (L1 has none)
+	# git for the e2e scenario GitWorktree and BenchmarkRealVMShares, mke2fs for block
+	# roots' disks (L1 has neither)
 	extra=
-	{ [ "$kind" = e2e ] || [ "$kind" = bench ]; } && extra=$(command -v git || true)
+	if [ "$kind" = e2e ] || [ "$kind" = bench ]; then
+		extra="$(command -v git || true) $(PATH=$PATH:/usr/sbin:/sbin command -v mke2fs || true)"
+	fi
 	rc=$(rungroup "$group" "$tmo" "$d" "$klib" "$extra")
 	secs=$(($(date +%s) - t0))
 	out=$W/out/$group

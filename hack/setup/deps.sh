@@ -27,8 +27,9 @@ NODE_MIN=${NODE_MIN:-20.18.1}
 # btrfs-progs for a loop-mounted btrfs on which the sandbox root copy's reflinks are tested;
 # ca-certificates for the HTTPS of Go's module downloads (a minimal Debian lacks it);
 # nasm for the assembly of ISA-L, which inflates image layers (hack/setup/isal.sh builds it
-# after this; a build without it falls back to the slower pure-Go inflater, and says so).
-PACKAGES=(busybox-static tmux btrfs-progs ca-certificates nasm)
+# after this; a build without it falls back to the slower pure-Go inflater, and says so);
+# e2fsprogs for mke2fs, which formats block roots' disks (and krunbox itself needs).
+PACKAGES=(busybox-static tmux btrfs-progs ca-certificates nasm e2fsprogs)
 
 failed=0
 fail() {
@@ -113,12 +114,13 @@ packages() {
 		command -v tmux >/dev/null || missing+=(tmux)
 		command -v mkfs.btrfs >/dev/null || missing+=(btrfs-progs)
 		command -v nasm >/dev/null || missing+=(nasm)
+		PATH=$PATH:/usr/sbin:/sbin command -v mke2fs >/dev/null || missing+=(e2fsprogs)
 	fi
 	if [ ${#missing[@]} = 0 ]; then
 		return
 	fi
 	if ! command -v apt-get >/dev/null; then
-		echo "deps: the tests need ${missing[*]} (Debian's names): a static busybox at /bin/busybox, tmux, mkfs.btrfs and nasm; install them with your package manager" >&2
+		echo "deps: the tests need ${missing[*]} (Debian's names): a static busybox at /bin/busybox, tmux, mkfs.btrfs, nasm and mke2fs; install them with your package manager" >&2
 		exit 1
 	fi
 	if [ "$(id -u)" != 0 ]; then

@@ -157,6 +157,11 @@ void tk_free_ctx(struct tk_ctx *c)
 		free(c->overlays[i].path);
 	}
 	free(c->overlays);
+	for (size_t i = 0; i < c->ndisks; i++) {
+		free(c->disks[i].id);
+		free(c->disks[i].path);
+	}
+	free(c->disks);
 	strv_free(c->port_map);
 	free(c);
 }
@@ -277,6 +282,15 @@ void tk_dump(const struct tk_ctx *c, const char *event)
 		fprintf(f, ",\"dir\":%s,\"mode\":%" PRIu32 ",\"len\":%zu,\"one_shot\":%s}", o->dir ? "true" : "false", o->mode, o->len,
 			o->one_shot ? "true" : "false");
 	}
+	fputs("],\"disks\":[", f);
+	for (size_t i = 0; i < c->ndisks; i++) {
+		const struct tk_disk *d = &c->disks[i];
+		fputs(i ? ",{\"id\":" : "{\"id\":", f);
+		json_str(f, d->id);
+		fputs(",\"path\":", f);
+		json_str(f, d->path);
+		fprintf(f, ",\"format\":%" PRIu32 ",\"read_only\":%s}", d->format, d->read_only ? "true" : "false");
+	}
 	fputs("]}\n", f);
 	fclose(f);
 	rename(tmp, path);
@@ -346,6 +360,10 @@ KRUN_EXPORT int krun_has_feature(uint64_t feature)
 		const char *no = getenv("TESTKRUN_NO_NET");
 		return no && *no ? 0 : 1;
 	}
+#ifndef TESTKRUN_NO_BLK
+	if (feature == 1) /* BLK: krun_add_disk* */
+		return 1;
+#endif
 	return 0;
 }
 
@@ -765,3 +783,53 @@ KRUN_EXPORT int32_t krun_start_enter(uint32_t ctx_id)
 	tk_free_ctx(c);
 	return ret;
 }
+
+#ifndef TESTKRUN_NO_BLK
+/* ---- disks (libkrun's BLK builds) ---------------------------------------- */
+
+/* libkrun's ImageType: RAW=0, QCOW2=1, VMDK=2; the double runs raw images
+ * only (a loop device), and refuses the others when the VM starts. */
+static int32_t add_disk(uint32_t ctx_id, const char *id, const char *path, uint32_t format, bool read_only)
+{
+	char *i, *p;
+	if (format > 2)
+		return -EINVAL;
+	if (str_copy(id, &i) < 0)
+		return -EINVAL;
+	if (str_copy(path, &p) < 0) {
+		free(i);
+		return -EINVAL;
+	}
+	WITH_CTX(ctx_id, c, {
+		struct tk_disk *d = realloc(c->disks, (c->ndisks + 1) * sizeof(*d));
+		if (!d) {
+			ret_ = -ENOMEM;
+		} else {
+			c->disks = d;
+			d[c->ndisks++] = (struct tk_disk){.id = i, .path = p, .format = format, .read_only = read_only};
+			i = p = NULL;
+		}
+		free(i);
+		free(p);
+	});
+}
+
+KRUN_EXPORT int32_t krun_add_disk(uint32_t ctx_id, const char *block_id, const char *disk_path, bool read_only)
+{
+	return add_disk(ctx_id, block_id, disk_path, 0, read_only);
+}
+
+KRUN_EXPORT int32_t krun_add_disk2(uint32_t ctx_id, const char *block_id, const char *disk_path, uint32_t disk_format, bool read_only)
+{
+	return add_disk(ctx_id, block_id, disk_path, disk_format, read_only);
+}
+
+KRUN_EXPORT int32_t krun_add_disk3(uint32_t ctx_id, const char *block_id, const char *disk_path, uint32_t disk_format, bool read_only,
+	bool direct_io, uint32_t sync_mode)
+{
+	(void)direct_io;
+	if (sync_mode > 2)
+		return -EINVAL;
+	return add_disk(ctx_id, block_id, disk_path, disk_format, read_only);
+}
+#endif

@@ -45,6 +45,14 @@ struct tk_overlay {
 	bool one_shot;
 };
 
+/* krun_add_disk*: a raw image, made a loop device when the VM starts */
+struct tk_disk {
+	char *id;
+	char *path;
+	uint32_t format;
+	bool read_only;
+};
+
 enum tk_vsock { TK_VSOCK_IMPLICIT, TK_VSOCK_DISABLED, TK_VSOCK_EXPLICIT };
 
 struct tk_ctx {
@@ -67,6 +75,9 @@ struct tk_ctx {
 	size_t nvports;
 	struct tk_overlay *overlays;
 	size_t noverlays;
+
+	struct tk_disk *disks;
+	size_t ndisks;
 
 	enum tk_vsock vsock;
 	uint32_t tsi_features;

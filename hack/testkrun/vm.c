@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <arpa/inet.h>
+#include <linux/loop.h>
 #include <linux/if_tun.h>
 #include <net/if.h>
 #include <net/if_arp.h>
@@ -71,6 +72,8 @@ struct plan {
 	int tap_fd;     /* the guest's eth0 (has_net), or -1 */
 	int uidmap_fd;  /* read end: the VMM wrote the id maps (new_user) */
 	char **share_dirs; /* per share: the directory the VMM opened, or NULL */
+	bool root_ro;      /* the root share is read-only (krun_add_virtiofs3) */
+	char **disk_devs;  /* per disk: the loop device standing for it */
 };
 
 static int fail_fd = 2; /* where the guest init reports setup failures */
@@ -278,6 +281,14 @@ static void tag_base(const struct plan *p, const char *tag, char *out)
 		pathf(out, "%s" TK_GUEST_DIR "/virtiofs/%s", p->root, tag);
 }
 
+/* The directories libkrun's init mounts on. An overlay directory there
+ * is only a mount point: init's mount covers it. */
+static bool init_mount_point(const struct tk_overlay *o)
+{
+	return o->dir && strcmp(o->tag, TK_ROOT_TAG) == 0 &&
+	       (strcmp(o->path, "dev") == 0 || strcmp(o->path, "proc") == 0 || strcmp(o->path, "sys") == 0);
+}
+
 /* Overlay directories become read-only tmpfs mounts, overlay files are
  * written into their overlay directory or, at a share's top level, into a
  * staging area and bound read-only over the path. */
@@ -293,8 +304,18 @@ static void setup_overlays(const struct plan *p)
 		tag_base(p, o->tag, base);
 		pathf(path, "%s/%s", base, o->path);
 		bool in_dir = strchr(o->path, '/') != NULL;
+		if (init_mount_point(o))
+			continue; /* made, and mounted on, by guest_init */
 		if (o->dir) {
 			char opts[32];
+			struct stat st;
+			/* libkrun's overlay entries shadow the directory's own
+			 * names. A read-only root is an overlay here, so a link
+			 * or file in the way is removed from it (a whiteout in
+			 * its tmpfs), never followed; a directory is mounted
+			 * over. */
+			if (p->root_ro && !in_dir && lstat(path, &st) == 0 && !S_ISDIR(st.st_mode) && unlink(path) < 0)
+				die_setup("unlink", path);
 			if (!in_dir && mkdir(path, 0755) < 0 && errno != EEXIST)
 				die_setup("mkdir", path);
 			if (in_dir && mkdir(path, o->mode & 07777) < 0 && errno != EEXIST)
@@ -326,7 +347,7 @@ static void setup_overlays(const struct plan *p)
 	/* Overlay directories are read-only once filled. */
 	for (size_t i = 0; i < c->noverlays; i++) {
 		const struct tk_overlay *o = &c->overlays[i];
-		if (!o->dir || strchr(o->path, '/'))
+		if (!o->dir || strchr(o->path, '/') || init_mount_point(o))
 			continue;
 		tag_base(p, o->tag, base);
 		pathf(path, "%s/%s", base, o->path);
@@ -486,6 +507,78 @@ static void forget_vmm_environment(void)
 	memset((void *)env_start, 0, env_end - env_start);
 }
 
+/* A read-only root (krun_add_virtiofs3 of "/dev/root", read_only): the
+ * guest init still makes its mount points there, as libkrun's virtio-fs
+ * serves its overlay entries without writing the directory. So the root
+ * becomes, in the guest's mount namespace, an overlay of the directory
+ * under a tmpfs, made read-only once set up (readonly_root_done). */
+static void readonly_root(struct plan *p)
+{
+	/* libkrun's init makes /dev, /proc and /sys where missing (else it
+	 * stops: "Couldn't mount filesystems, bailing out"): on a read-only
+	 * root only an overlay directory can stand for one. */
+	static const char *const init_dirs[] = {"dev", "proc", "sys"};
+	for (size_t i = 0; i < 3; i++) {
+		char path[PATH_MAX];
+		struct stat st;
+		pathf(path, "%s/%s", p->root, init_dirs[i]);
+		if (lstat(path, &st) == 0)
+			continue;
+		bool overlay = false;
+		for (size_t j = 0; j < p->c->noverlays; j++)
+			overlay |= init_mount_point(&p->c->overlays[j]) && strcmp(p->c->overlays[j].path, init_dirs[i]) == 0;
+		if (!overlay) {
+			say("Error creating directory (/%s)\nCouldn't mount filesystems, bailing out\n", init_dirs[i]);
+			_exit(EXIT_SETUP);
+		}
+	}
+	char lower[64], opts[2 * PATH_MAX + 128];
+	int fd = open(p->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		die_setup("open the root", p->root);
+	snprintf(lower, sizeof(lower), "/proc/self/fd/%d", fd);
+	mount_in(p->root, "testkrun-root", "", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+	mkdir_in(p->root, "/upper", 0755);
+	mkdir_in(p->root, "/work", 0755);
+	mkdir_in(p->root, "/merged", 0755);
+	int n = snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work", lower, p->root, p->root);
+	if (n < 0 || (size_t)n >= sizeof(opts)) {
+		errno = ENAMETOOLONG;
+		die_setup("overlay options for", p->root);
+	}
+	mount_in(p->root, "testkrun-root", "/merged", "overlay", 0, opts);
+	close(fd);
+	char merged[PATH_MAX];
+	pathf(merged, "%s/merged", p->root);
+	memcpy(p->root, merged, sizeof(merged));
+}
+
+static void readonly_root_done(const struct plan *p)
+{
+	if (mount(NULL, p->root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
+		die_setup("remount read-only", p->root);
+}
+
+/* Each disk is $KRUNBOX_TESTKRUN_DIR/block/<id>: the loop device the VMM
+ * attached to its image, bound there (as /dev's nodes are). */
+static void setup_disks(const struct plan *p)
+{
+	const struct tk_ctx *c = p->c;
+	if (c->ndisks == 0)
+		return;
+	mkdir_in(p->root, TK_GUEST_DIR "/block", 0755);
+	for (size_t i = 0; i < c->ndisks; i++) {
+		char dst[PATH_MAX];
+		pathf(dst, "%s" TK_GUEST_DIR "/block/%s", p->root, c->disks[i].id);
+		int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+		if (fd < 0)
+			die_setup("create", dst);
+		close(fd);
+		if (mount(p->disk_devs[i], dst, NULL, MS_BIND, NULL) < 0)
+			die_setup("bind mount", p->disk_devs[i]);
+	}
+}
+
 static void guest_init(struct plan *p)
 {
 	const struct tk_ctx *c = p->c;
@@ -520,6 +613,8 @@ static void guest_init(struct plan *p)
 	}
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		die_setup("make mounts private", "/");
+	if (p->root_ro)
+		readonly_root(p);
 
 	mkdir_in(root, "/dev", 0755);
 	mkdir_in(root, "/proc", 0555);
@@ -548,6 +643,9 @@ static void guest_init(struct plan *p)
 			die_setup("remount read-only", dst);
 	}
 	setup_overlays(p);
+	setup_disks(p);
+	if (p->root_ro)
+		readonly_root_done(p);
 
 	if (sethostname(p->hostname, strlen(p->hostname)) < 0)
 		die_setup("sethostname", p->hostname);
@@ -953,6 +1051,56 @@ static void no_boot(const char *mode)
 		pause();
 }
 
+/* Attaches a loop device to the image path, as libkrun opens a disk's
+ * image when the VM starts (following links, read-write unless read_only).
+ * The device clears itself once the guest's mount and the VMM's
+ * descriptor, kept until the VMM exits, are gone. Returns its path. */
+static char *attach_loop(const struct tk_disk *d)
+{
+	if (d->format != 0) {
+		errno = ENOTSUP;
+		vm_error("disk (the double runs raw images only)", d->path);
+		return NULL;
+	}
+	int img = open(d->path, (d->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+	if (img < 0) {
+		vm_error("disk", d->path);
+		return NULL;
+	}
+	int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+	if (ctl < 0) {
+		vm_error("disk: the double makes each disk a loop device, which needs root; /dev/loop-control", NULL);
+		close(img);
+		return NULL;
+	}
+	char *dev = calloc(1, 32);
+	for (int tries = 0; tries < 16; tries++) {
+		int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+		if (n < 0)
+			break;
+		snprintf(dev, 32, "/dev/loop%d", n);
+		int lo = open(dev, (d->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+		if (lo < 0)
+			continue;
+		struct loop_config cfg = {.fd = (uint32_t)img, .block_size = 0};
+		cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | (d->read_only ? LO_FLAGS_READ_ONLY : 0);
+		if (ioctl(lo, LOOP_CONFIGURE, &cfg) == 0) {
+			/* lo stays open until the VMM exits. */
+			close(img);
+			close(ctl);
+			return dev;
+		}
+		close(lo);
+		if (errno != EBUSY)
+			break;
+	}
+	vm_error("disk: attach a loop device to", d->path);
+	close(img);
+	close(ctl);
+	free(dev);
+	return NULL;
+}
+
 int32_t tk_run(struct tk_ctx *c)
 {
 	struct plan p = {.c = c, .console_fd = -1, .sync_fd = -1, .uidmap_fd = -1};
@@ -972,8 +1120,10 @@ int32_t tk_run(struct tk_ctx *c)
 				c->shares[i].tag, TK_MAX_TAG_LEN);
 			abort();
 		}
-		if (strcmp(c->shares[i].tag, TK_ROOT_TAG) == 0)
+		if (strcmp(c->shares[i].tag, TK_ROOT_TAG) == 0) {
 			root_path = c->shares[i].path;
+			p.root_ro = c->shares[i].read_only;
+		}
 	}
 	if (!root_path) {
 		fputs("testkrun: no root filesystem (krun_set_root)\n", stderr);
@@ -1010,6 +1160,10 @@ int32_t tk_run(struct tk_ctx *c)
 			return vm_error("virtio-fs share", s->path);
 		close(fd);
 	}
+	p.disk_devs = calloc(c->ndisks + 1, sizeof(char *));
+	for (size_t i = 0; i < c->ndisks; i++)
+		if (!(p.disk_devs[i] = attach_loop(&c->disks[i])))
+			return -EINVAL;
 	p.new_user = geteuid() != 0;
 	p.new_net = !tk_tsi_enabled(c);
 

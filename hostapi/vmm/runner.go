@@ -194,7 +194,28 @@ func configure(lib *krun.Library, spec *Spec) (*krun.Context, []*os.File, *os.Fi
 			}
 			return ctx.SetVMConfig(max(spec.VCPUs, 1), cmpOr(spec.MemoryMiB, 128))
 		},
-		func() error { return ctx.SetRoot(spec.Root.Path()) },
+		func() error {
+			if !spec.Root.IsBlock() {
+				return ctx.SetRoot(spec.Root.Path())
+			}
+			// The image tree, read-only: the guest agent overlays the
+			// disk's file system on it.
+			if err := ctx.AddVirtiofs(krun.RootTag, spec.Root.Image, true); err != nil {
+				return fmt.Errorf("block root: %w", err)
+			}
+			if err := initMountPoints(ctx, lib, spec.Root.Image); err != nil {
+				return fmt.Errorf("block root: %w", err)
+			}
+			disk, err := openDisk(spec.Root.Disk, spec.Root.DiskSize)
+			if err != nil {
+				return err
+			}
+			shares = append(shares, disk)
+			if err := ctx.AddDisk(DiskID, fdPath(int(disk.Fd())), krun.DiskRaw, false); err != nil {
+				return fmt.Errorf("block root: %w", err)
+			}
+			return nil
+		},
 		func() error { return placeFiles(ctx, lib, spec) },
 		func() error {
 			for _, sh := range spec.Shares {
@@ -317,6 +338,9 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 	if spec.Root.IsOverlay() {
 		lowerDir = spec.Root.Lower
 	}
+	if spec.Root.IsBlock() && !overlay {
+		return errors.New("a block root needs libkrun's overlay files (libkrun 1.19): its image tree is shared read-only")
+	}
 	lower, err := os.OpenRoot(lowerDir)
 	if err != nil {
 		return fmt.Errorf("open the image tree: %w", err)
@@ -340,7 +364,11 @@ func placeFiles(ctx *krun.Context, lib *krun.Library, spec *Spec) error {
 		rel := strings.TrimPrefix(path.Clean(f.Path), "/")
 		top, _, nested := strings.Cut(rel, "/")
 		_, statErr := lower.Lstat(top)
-		if overlay && (!nested || errors.Is(statErr, fs.ErrNotExist)) {
+		// libkrun's overlay entries shadow the directory's own names
+		// (AugmentFs looks them up first): a block root's image tree,
+		// which must never be written, gets them even where it has
+		// /.krunbox itself.
+		if overlay && (spec.Root.IsBlock() || !nested || errors.Is(statErr, fs.ErrNotExist)) {
 			parts := strings.Split(rel, "/")
 			for i := 1; i < len(parts); i++ {
 				d := strings.Join(parts[:i], "/")
@@ -448,6 +476,9 @@ type ProbeReport struct {
 	Features map[string]bool `json:"features,omitempty"`
 	// Missing lists the optional functions the library lacks.
 	Missing []string `json:"missing,omitempty"`
+	// Disks is true when the library can add virtio-blk disks (a BLK
+	// build: [krun.DiskFunc]), which block roots need.
+	Disks bool `json:"disks,omitempty"`
 	// StaleShares, when not empty, says that the library cannot make
 	// shares coherent and what that means ([StaleShares]).
 	StaleShares string `json:"stale_shares,omitempty"`
@@ -502,6 +533,7 @@ func probeMain(path string) int {
 				r.Missing = append(r.Missing, fn)
 			}
 		}
+		r.Disks = lib.HasDisks()
 		r.StaleShares = StaleShares(lib)
 		if err := probeContext(lib); err != nil {
 			r.ContextErr = err.Error()

@@ -99,7 +99,10 @@ func (s *Spec) logMax() int64 {
 
 // Root is the guest root filesystem: either Dir, used as it is (the guest
 // writes into it), or an overlay of the read-only Lower tree, the image
-// cache shared between sandboxes, with this VM's writes going to Upper.
+// cache shared between sandboxes, with this VM's writes going to Upper, or
+// a block root: the read-only Image tree and a Disk that the guest agent
+// mounts and overlays on it in the guest, so the guest's writes reach only
+// the disk image (see [Root.IsBlock]).
 type Root struct {
 	// Dir is a plain directory used as the root.
 	Dir string `json:"dir,omitempty"`
@@ -113,16 +116,34 @@ type Root struct {
 	// Merged is where the runner mounts the overlay, in its own mount
 	// namespace; it stays an empty directory on the host.
 	Merged string `json:"merged,omitempty"`
+
+	// Image is a block root's image tree, shared read-only as the guest's
+	// "/" (krun_add_virtiofs3): the lower layer of the guest's overlay.
+	Image string `json:"image,omitempty"`
+	// Disk is a block root's disk: a raw image holding a file system,
+	// the guest's /dev/vda, read-write. The runner opens it without
+	// following a symlink and refuses anything but a regular file of
+	// DiskSize bytes; the host never mounts or reads what it holds.
+	Disk string `json:"disk,omitempty"`
+	// DiskSize is the size of Disk in bytes, a multiple of 512.
+	DiskSize int64 `json:"disk_size,omitempty"`
 }
 
-// IsOverlay reports whether the root is an overlay rather than a plain
-// directory.
+// IsOverlay reports whether the root is an overlay mounted by the runner
+// rather than a plain directory.
 func (r Root) IsOverlay() bool { return r.Lower != "" }
 
-// Path is the directory libkrun serves as the root: Merged or Dir.
+// IsBlock reports whether the root is a block root: the guest agent
+// mounts Disk and assembles the overlay over Image in the guest.
+func (r Root) IsBlock() bool { return r.Disk != "" }
+
+// Path is the directory libkrun serves as the root: Merged, Image or Dir.
 func (r Root) Path() string {
-	if r.IsOverlay() {
+	switch {
+	case r.IsOverlay():
 		return r.Merged
+	case r.IsBlock():
+		return r.Image
 	}
 	return r.Dir
 }
@@ -271,9 +292,21 @@ func (s *Spec) Validate() error {
 	}
 
 	r := s.Root
+	kinds := 0
+	for _, set := range []bool{r.Dir != "", r.IsOverlay(), r.IsBlock() || r.Image != ""} {
+		if set {
+			kinds++
+		}
+	}
 	switch {
-	case r.Dir != "" && r.IsOverlay():
-		bad("root: set either dir or lower/upper/work/merged, not both")
+	case kinds > 1:
+		bad("root: set one of dir, lower/upper/work/merged and image/disk, not several")
+	case r.IsBlock() || r.Image != "":
+		abs("root image", r.Image)
+		abs("root disk", r.Disk)
+		if r.DiskSize <= 0 || r.DiskSize%512 != 0 {
+			bad("root disk size %d: want a positive multiple of 512 bytes", r.DiskSize)
+		}
 	case r.Dir != "":
 		abs("root dir", r.Dir)
 	case r.IsOverlay():

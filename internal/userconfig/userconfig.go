@@ -34,6 +34,9 @@ type Config struct {
 	CPUs int
 	// MemoryMiB is the memory of a sandbox, in MiB.
 	MemoryMiB int
+	// DiskMiB is the size of a block-root sandbox's disk, in MiB
+	// (hostapi.Config.DiskMiB).
+	DiskMiB int
 	// Network is "public" (the default), "allow=RULE,...", "open", "tsi"
 	// (the host's network, through libkrun's TSI) or "none" (package
 	// netpolicy).
@@ -117,6 +120,16 @@ var settings = []setting{
 			return nil
 		},
 		func(c *Config) string { return FormatMemory(c.MemoryMiB) }},
+	{"disk_size", "KRUNBOX_DISK_SIZE", "disk of a sandbox with a block root, the most its guest can write to its root (e.g. 16GiB); sparse: the host spends only what the guest writes",
+		func(c *Config, v string) error {
+			n, err := ParseDiskSize(v)
+			if err != nil {
+				return err
+			}
+			c.DiskMiB = n
+			return nil
+		},
+		func(c *Config) string { return FormatMemory(c.DiskMiB) }},
 	{"network", "KRUNBOX_NETWORK", "public (the internet, no private or host address; the default), allow=RULE,..., open, tsi (the host's network) or none",
 		func(c *Config, v string) error {
 			if v == "" {
@@ -172,8 +185,8 @@ var settings = []setting{
 			return nil
 		},
 		func(c *Config) string { return strings.Join(c.Env, ",") }},
-	{"root", "KRUNBOX_ROOT", "root file system of new sandboxes: auto (an overlay where the host allows it, else a copy), overlay or copy",
-		func(c *Config, v string) error { return oneOf(&c.Root, v, "auto", "overlay", "copy") },
+	{"root", "KRUNBOX_ROOT", "root file system of new sandboxes: auto (an overlay where the host allows it, else a copy), block (the guest's writes on a disk of its own, disk_size), overlay or copy",
+		func(c *Config, v string) error { return oneOf(&c.Root, v, "auto", "block", "overlay", "copy") },
 		func(c *Config) string { return c.Root }},
 	{"git_writable", "KRUNBOX_GIT_WRITABLE", "let the guest change the hooks and config your git runs in the workspace's .git (default false: read-only)",
 		func(c *Config, v string) error {
@@ -234,6 +247,7 @@ func Defaults() *Config {
 		Image:        "alpine",
 		CPUs:         2,
 		MemoryMiB:    2048,
+		DiskMiB:      16 << 10,
 		Network:      "public",
 		PullPolicy:   "if-missing",
 		StopTimeout:  10 * time.Second,
@@ -405,18 +419,36 @@ func (c *Config) Entries() []Entry {
 
 // ParseMemory parses a memory size such as "2GiB", "512m" or "1.5g" (binary
 // units) into MiB. A bare number is in MiB.
-func ParseMemory(v string) (int, error) {
+func ParseMemory(v string) (int, error) { return parseMiB("memory", v, 128, 1<<22, "2GiB or 512MiB") }
+
+// ParseDiskSize parses a disk size such as "16GiB" or "512m" (binary
+// units) into MiB: 256MiB to 16TiB (hostapi.MinDiskMiB, MaxDiskMiB). A
+// bare number is in MiB.
+func ParseDiskSize(v string) (int, error) {
+	return parseMiB("disk size", v, 256, 16<<20, "16GiB or 512MiB")
+}
+
+// parseMiB parses a size into MiB, within lo and hi MiB.
+func parseMiB(what, v string, lo, hi int64, example string) (int, error) {
 	var bytes int64
 	if n, err := strconv.Atoi(v); err == nil {
 		bytes = int64(n) << 20
 	} else if bytes, err = units.RAMInBytes(v); err != nil {
-		return 0, fmt.Errorf("memory %q: want a size such as 2GiB or 512MiB", v)
+		return 0, fmt.Errorf("%s %q: want a size such as %s", what, v, example)
 	}
 	mib := bytes >> 20
-	if mib < 128 || mib > 1<<22 {
-		return 0, fmt.Errorf("memory %q: want 128MiB to 4TiB", v)
+	if mib < lo || mib > hi {
+		return 0, fmt.Errorf("%s %q: want %s to %s", what, v, FormatMemory(int(lo)), formatBig(hi))
 	}
 	return int(mib), nil
+}
+
+// formatBig shows a bound in MiB in TiB when whole.
+func formatBig(mib int64) string {
+	if mib%(1<<20) == 0 {
+		return strconv.FormatInt(mib>>20, 10) + "TiB"
+	}
+	return FormatMemory(int(mib))
 }
 
 // FormatMemory shows a size in MiB the way ParseMemory reads it.

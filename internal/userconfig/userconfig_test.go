@@ -121,6 +121,26 @@ func TestErrorsNameTheCulprit(t *testing.T) {
 	}
 }
 
+func TestParseDiskSize(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want int
+		err  string
+	}{
+		{"16GiB", 16 << 10, ""},
+		{"512", 512, ""},
+		{"1TiB", 1 << 20, ""},
+		{"255MiB", 0, "want 256MiB to 16TiB"},
+		{"17TiB", 0, "want 256MiB to 16TiB"},
+		{"big", 0, "want a size such as 16GiB"},
+	} {
+		got, err := ParseDiskSize(tt.in)
+		if got != tt.want || (tt.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("ParseDiskSize(%q) = %d, %v; want %d, %q", tt.in, got, err, tt.want, tt.err)
+		}
+	}
+}
+
 func TestParseMemory(t *testing.T) {
 	tests := []struct {
 		in   string
