@@ -58,7 +58,8 @@ func BenchmarkRealVMBlockRoot(b *testing.B) {
 	tarx, rmrf := map[string][]time.Duration{}, map[string][]time.Duration{}
 	timed := func(c *Client, script, dir string) time.Duration {
 		start := time.Now()
-		if out, err := c.Output(ctx, "sh", "-c", script, dir); err != nil {
+		// stderr into the output, so that a failure says what failed
+		if out, err := c.Output(ctx, "sh", "-c", "exec 2>&1; "+script, dir); err != nil {
 			b.Fatalf("%s: %v %s", script, err, out)
 		}
 		return time.Since(start)
