@@ -176,7 +176,7 @@ func TestCheckToolchains(t *testing.T) {
 // or older than the lock file.
 func TestDepsInstalls(t *testing.T) {
 	needTools(t, "go", "node", "npm", "cc", "git")
-	const pkgs = "busybox-static tmux btrfs-progs ca-certificates nasm"
+	const pkgs = "busybox-static tmux btrfs-progs ca-certificates nasm e2fsprogs"
 	tests := []struct {
 		name      string
 		installed string // what dpkg-query says is installed
@@ -191,7 +191,7 @@ func TestDepsInstalls(t *testing.T) {
 			[]string{"apt-get update -q", "apt-get install -y -q --no-install-recommends " + pkgs, "npm ci --no-audit --no-fund"}, nil},
 		{"fresh machine, not root", "", "1000", "", 1,
 			"sudo apt-get install -y --no-install-recommends " + pkgs, nil, []string{"apt-get", "npm ci"}},
-		{"one package missing, not root", "busybox-static btrfs-progs ca-certificates nasm", "1000", "fresh", 1,
+		{"one package missing, not root", "busybox-static btrfs-progs ca-certificates nasm e2fsprogs", "1000", "fresh", 1,
 			"sudo apt-get install -y --no-install-recommends tmux\n", nil, []string{"apt-get", "npm ci"}},
 		{"everything there", pkgs, "1000", "fresh", 0, "", nil, []string{"apt-get", "npm"}},
 		{"lock file newer than node_modules", pkgs, "1000", "stale", 0, "older than pi/package-lock.json",
