@@ -18,8 +18,9 @@ type RootKind string
 
 // Root kinds.
 const (
-	// RootAuto chooses RootOverlay where this host can mount one (see
-	// vmm.CheckOverlay), else RootCopy.
+	// RootAuto chooses RootBlock where this host can give one (a libkrun
+	// with disks and mke2fs, see vmm.CheckBlock), else RootOverlay where
+	// it can mount one (see vmm.CheckOverlay), else RootCopy.
 	RootAuto RootKind = "auto"
 	// RootOverlay: the image's cached tree, read-only and shared between
 	// sandboxes, under a writable layer of the sandbox's own, mounted by
@@ -140,14 +141,22 @@ func (h *Host) chooseRoot(kind RootKind, diskMiB int) (RootInfo, error) {
 	if kind == RootCopy {
 		return RootInfo{Kind: RootCopy, Reason: "a copy was asked for"}, nil
 	}
+	noBlock := ""
+	if kind == RootAuto {
+		err := h.checkBlock()
+		if err == nil {
+			return RootInfo{Kind: RootBlock, DiskSize: int64(diskMiB) << 20}, nil
+		}
+		noBlock = (&BlockUnavailableError{Err: err}).Error()
+	}
 	err := h.checkOverlay()
 	switch {
 	case err == nil:
-		return RootInfo{Kind: RootOverlay}, nil
+		return RootInfo{Kind: RootOverlay, Reason: noBlock}, nil
 	case kind == RootOverlay:
 		return RootInfo{}, &OverlayUnavailableError{Err: err}
 	}
-	return RootInfo{Kind: RootCopy, Reason: (&OverlayUnavailableError{Err: err}).Error()}, nil
+	return RootInfo{Kind: RootCopy, Reason: noBlock + "; " + (&OverlayUnavailableError{Err: err}).Error()}, nil
 }
 
 // overlayCheck runs vmm.CheckOverlay on the sandboxes' directory, where

@@ -49,6 +49,33 @@ func hostLike(t *testing.T, h *Host, dirs Dirs) *Host {
 	return h2
 }
 
+// withoutBlock makes h a Host that cannot give block roots, as one whose
+// libkrun has no disks, so that RootAuto chooses among the others.
+func withoutBlock(h *Host) *Host {
+	h.checkBlock = func() error { return errors.New("no disks here") }
+	return h
+}
+
+// RootAuto chooses a block root where the host can give one, else an
+// overlay, saying why it is not a block root.
+func TestAutoRootIsBlock(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the test double's disks are loop devices, which need root")
+	}
+	h, ref := testHost(t)
+	sb := started(t, h, Config{Image: ref, DiskMiB: 1024})
+	if r := sb.Root(); r.Kind != RootBlock || r.DiskSize != 1<<30 || r.Reason != "" {
+		t.Errorf("auto root where block roots work: %+v", r)
+	}
+	if got := run(t, sb, "sh", "-c", "echo ok > /root/ok; cat /root/ok"); got != "ok" {
+		t.Errorf("block root sandbox: %q", got)
+	}
+	ov := started(t, withoutBlock(hostLike(t, h, h.Dirs())), Config{Image: ref})
+	if r := ov.Root(); r.Kind != RootOverlay || !strings.Contains(r.Reason, "block roots are unavailable on this host: no disks here") {
+		t.Errorf("auto root where block roots do not work: %+v, want an overlay saying why", r)
+	}
+}
+
 func TestCopyRootSandbox(t *testing.T) {
 	var logs syncbuf.Buffer
 	h, ref := testHost(t, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
@@ -120,6 +147,7 @@ func TestCopyRootSandbox(t *testing.T) {
 // copies has an overlay root.
 func TestRootKindIsKept(t *testing.T) {
 	h, ref := testHost(t)
+	withoutBlock(h)
 	ctx := t.Context()
 	ov, err := h.Create(ctx, Config{Name: "ov", Image: ref})
 	if err != nil {
@@ -215,7 +243,7 @@ func TestRootWhereOverlaysFail(t *testing.T) {
 	// cannot be mounted below this state directory.
 	d := h.Dirs()
 	d.State = filepath.Join(t.TempDir(), "st:ate")
-	h = hostLike(t, h, d)
+	h = withoutBlock(hostLike(t, h, d))
 	ctx := t.Context()
 
 	_, err := h.Create(ctx, Config{Image: ref, Root: RootOverlay})
