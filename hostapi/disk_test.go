@@ -2,6 +2,7 @@ package hostapi
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 	"github.com/krunbox/krunbox/internal/testutil/testkrun"
+	"golang.org/x/sys/unix"
 )
 
 // makeDisk formats a sparse file: what it takes on the host and how long
@@ -118,5 +121,46 @@ func TestMke2fsSkipsBusyBox(t *testing.T) {
 	t.Setenv("PATH", dir)
 	if _, err := Mke2fs(); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "mke2fs")) || !strings.Contains(err.Error(), "e2fsprogs") {
 		t.Fatalf("Mke2fs with only BusyBox's: %v, want an error naming it and e2fsprogs", err)
+	}
+}
+
+// A block root starts while its file system has DiskMinHostFree available,
+// however large its disk, saying at Info (never as a warning on every
+// start's stderr) that the disk can outgrow it; below that it is refused.
+func TestCheckHostSpace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs as the sandboxes' file system needs root")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1100m"); err != nil {
+		t.Skipf("mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	var logs syncbuf.Buffer
+	h, err := NewHost(WithDirs(Dirs{State: dir, Cache: t.TempDir()}),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Sandbox{host: h, name: "sb", dir: dir}
+
+	if err := s.checkHostSpace(DefaultDiskMiB << 20); err != nil {
+		t.Fatalf("1100 MiB free, 16 GiB disk: %v, want a start", err)
+	}
+	if l := logs.String(); strings.Contains(l, "level=WARN") || !strings.Contains(l, "level=INFO") || !strings.Contains(l, "can grow past the host's free space") {
+		t.Errorf("log of a disk larger than the free space: %q, want one INFO line and no warning", l)
+	}
+
+	// 200 MiB written: about 900 MiB left, below DiskMinHostFree.
+	if err := os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 200<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = s.checkHostSpace(MinDiskMiB << 20)
+	var hs *HostSpaceError
+	if !errors.As(err, &hs) || hs.Available >= DiskMinHostFree || hs.Dir != dir {
+		t.Fatalf("about 900 MiB free: %v, want a *HostSpaceError below %d bytes for %s", err, int64(DiskMinHostFree), dir)
+	}
+	if !strings.Contains(err.Error(), "less than the 1024 MiB") || !strings.Contains(hs.Hint(), "krunbox df") {
+		t.Errorf("refusal: %q (hint %q)", err, hs.Hint())
 	}
 }

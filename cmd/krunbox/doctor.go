@@ -229,11 +229,11 @@ func doctorRoot(c *checkList, r *vmm.ProbeReport) {
 		err = merr
 	}
 	if err != nil {
-		c.bad(false, "block root", fmt.Errorf("%w; --root block is refused here, overlay and copied roots work (see the namespaces line)", err),
+		c.bad(false, "block root", fmt.Errorf("%w; --root block is refused here and auto takes an overlay or a copy (see the namespaces line)", err),
 			"block roots (the guest's writes on a disk of its own, bounded by disk_size) need krunbox's libkrun 1.19, built with BLK=1 (the release bundle's, or make libkrun), and mke2fs (e2fsprogs)")
 		return
 	}
-	c.ok("block root", "--root block works (auto takes an overlay still): libkrun has disks, %s formats them", mke2fs)
+	c.ok("block root", "auto and --root block give one: libkrun has disks, %s formats them", mke2fs)
 }
 
 // doctorLibkrun reports what the probe of libkrun found: the library, its

@@ -105,7 +105,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command, idle bool) {
 	add("network", "net", "network: public (the internet, no private or host address; the default), allow=RULE,... (host names, *.domain, IPs, CIDRs, each optionally :PORT), open (everything, the host included), tsi (the host's, through libkrun) or none")
 	add("pull_policy", "pull", "when to pull the image: missing (if not cached), always or never")
 	add("platform", "platform", "image platform, e.g. linux/arm64; default: the host's")
-	add("root", "root", "root file system: auto (an overlay where the host allows it, else a copy of the image), block (the guest's writes on a disk of its own, --disk), overlay or copy")
+	add("root", "root", "root file system: auto (a block root where the host gives one, else an overlay where it allows it, else a copy of the image), block (the guest's writes on a disk of its own, --disk), overlay or copy")
 	fl.BoolVar(&f.gitWritable, "git-writable", false, "let the guest change the hooks and config your git runs in the workspace's .git, read-only by default (config git_writable)")
 	if idle {
 		add("idle_timeout", "idle-timeout", "stop the VM after this long without exec or file activity, e.g. 30m; 0 never")

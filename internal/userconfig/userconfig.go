@@ -57,8 +57,9 @@ type Config struct {
 	StartTimeout time.Duration
 	// Env is added to the environment of every sandbox (KEY=VALUE).
 	Env []string
-	// Root is how a new sandbox's root file system is made: "auto" (an
-	// overlay where the host allows it, else a copy), "overlay" or "copy".
+	// Root is how a new sandbox's root file system is made: "auto" (a
+	// block root where the host gives one, else an overlay where it allows
+	// it, else a copy), "block", "overlay" or "copy".
 	Root string
 	// GitWritable lets the guest of a new sandbox change the hooks and
 	// config that the host's git runs or obeys (hostapi.Config.GitWritable).
@@ -185,7 +186,7 @@ var settings = []setting{
 			return nil
 		},
 		func(c *Config) string { return strings.Join(c.Env, ",") }},
-	{"root", "KRUNBOX_ROOT", "root file system of new sandboxes: auto (an overlay where the host allows it, else a copy), block (the guest's writes on a disk of its own, disk_size), overlay or copy",
+	{"root", "KRUNBOX_ROOT", "root file system of new sandboxes: auto (a block root where the host gives one, else an overlay where it allows it, else a copy), block (the guest's writes on a disk of its own, disk_size), overlay or copy",
 		func(c *Config, v string) error { return oneOf(&c.Root, v, "auto", "block", "overlay", "copy") },
 		func(c *Config) string { return c.Root }},
 	{"git_writable", "KRUNBOX_GIT_WRITABLE", "let the guest change the hooks and config your git runs in the workspace's .git (default false: read-only)",
