@@ -34,7 +34,7 @@ GO_TAGS    = $(shell [ -f $(ISAL_LIB) ] && echo krunbox_isal)
 # What the tests need to find: the built CLI and the libkrun test double.
 TEST_ENV := KRUNBOX_BIN=$(BUILD)/krunbox KRUNBOX_TEST_LIBKRUN=$(TESTKRUN)
 
-.PHONY: dist all build agent krunbox isal testkrun testimage test test-fresh deps check-build quickstart release-artifacts unit lint cross pi-test mcp-test realvm-tier libkrun libkrun-if-possible test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-mcp bench-secrets bench-isolate bench-realvm bench-realvm-shares run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
+.PHONY: dist all build agent krunbox isal testkrun testimage test test-fresh deps check-build quickstart release-artifacts unit lint cross pi-test mcp-test realvm-tier libkrun libkrunfw libkrun-if-possible test-realvm test-realvm-full realvm-payload bench bench-net bench-oci bench-agent bench-vm bench-sandbox bench-pi bench-mcp bench-secrets bench-isolate bench-realvm bench-realvm-shares run run-busybox run-job run-busybox-job pi-package pi-tarball e2e-bundle clean FORCE
 
 all: build
 
@@ -62,6 +62,8 @@ endif
 # Without LIBKRUN_DIR, they bundle build/libkrun when make libkrun has built it.
 LIBKRUN_DIR     ?=
 LIBKRUN_DIR_ABS  = $(abspath $(or $(LIBKRUN_DIR),$(wildcard $(LIBKRUN_BUILT))))
+# and krunbox's libkrunfw (make libkrunfw) instead of LIBKRUN_DIR's, where it is built
+LIBKRUNFW_ABS    = $(abspath $(wildcard $(BUILD)/libkrunfw/libkrunfw.so.5))
 
 # The libkrun krunbox ships: upstream 1.19.0 with hack/libkrun's patches (a share's cache
 # behaviour, krun_set_virtiofs_cache, which keeps the workspace live from host to guest),
@@ -76,6 +78,22 @@ LIBKRUN_CHECKOUT ?=
 libkrun:
 	REALVM=$(REALVM) hack/libkrun/build.sh $(LIBKRUN_BUILT) $(LIBKRUN_CHECKOUT)
 
+# The guest kernel krunbox ships: upstream libkrunfw with hack/libkrunfw's patch
+# (/proc/fs/fsnotify_inject: host edits of the workspace wake the guest's file watchers).
+# hack/libkrunfw/build.sh builds it from a libkrunfw checkout (LIBKRUNFW_CHECKOUT=DIR),
+# with the kernel its Makefile downloads or KERNEL_TARBALL=FILE ("debian": Debian's
+# linux-source-6.12), cached by the hash of its inputs (about 30 minutes on 2 cores, once).
+# Where build/libkrunfw exists, the real-VM tier boots it (test.sh's KRUNFW) and
+# release-artifacts bundles it; elsewhere the file-event scenarios SKIP, saying why.
+LIBKRUNFW_BUILT    := $(BUILD)/libkrunfw
+LIBKRUNFW_CHECKOUT ?=
+KERNEL_TARBALL     ?=
+
+## libkrunfw: krunbox's libkrunfw (upstream + hack/libkrunfw/*.patch: guest file events) in build/libkrunfw (LIBKRUNFW_CHECKOUT=DIR, KERNEL_TARBALL=FILE|debian)
+libkrunfw:
+	@[ -n "$(LIBKRUNFW_CHECKOUT)" ] || { echo "make libkrunfw: set LIBKRUNFW_CHECKOUT to a checkout of github.com/containers/libkrunfw (kernel 6.12); see hack/README.md"; exit 2; }
+	KERNEL_TARBALL=$(KERNEL_TARBALL) hack/libkrunfw/build.sh $(LIBKRUNFW_BUILT) $(LIBKRUNFW_CHECKOUT)
+
 # libkrun-if-possible is make libkrun where it can be built (the harness's source is
 # there), and says SKIP otherwise; a build that fails fails.
 libkrun-if-possible:
@@ -85,7 +103,7 @@ libkrun-if-possible:
 
 ## dist: the release bundle build/dist/krunbox-VERSION-OS-ARCH.tar.gz (LIBKRUN_DIR=DIR: with libkrun and libkrunfw)
 dist: build
-	KRUNBOX=$(BUILD)/krunbox VERSION=$(VERSION) OUT=$(BUILD)/dist LIBKRUN_DIR=$(LIBKRUN_DIR_ABS) hack/dist/dist.sh bundle
+	KRUNBOX=$(BUILD)/krunbox VERSION=$(VERSION) OUT=$(BUILD)/dist LIBKRUN_DIR=$(LIBKRUN_DIR_ABS) LIBKRUNFW=$(LIBKRUNFW_ABS) hack/dist/dist.sh bundle
 
 ## testkrun: the libkrun test double (hack/testkrun), for machines without KVM
 testkrun: $(TESTKRUN)
@@ -167,7 +185,7 @@ pi-tarball:
 	mkdir -p $(BUILD)/pi-package/bin/$(PI_PLATFORM)
 	cp -R pi/package.json pi/README.md pi/index.ts pi/src $(BUILD)/pi-package/
 	cp $(BUILD)/krunbox $(BUILD)/pi-package/bin/$(PI_PLATFORM)/krunbox
-	LIBKRUN_DIR=$(LIBKRUN_DIR_ABS) hack/dist/dist.sh libs $(BUILD)/pi-package/bin/$(PI_PLATFORM)
+	LIBKRUN_DIR=$(LIBKRUN_DIR_ABS) LIBKRUNFW=$(LIBKRUNFW_ABS) hack/dist/dist.sh libs $(BUILD)/pi-package/bin/$(PI_PLATFORM)
 	cd $(BUILD)/pi-package && npm pack --silent --pack-destination $(BUILD) >/dev/null
 	@echo "$@: $(PI_TARBALL)"
 
@@ -210,14 +228,16 @@ realvm-tier:
 # Both run on krunbox's own libkrun (build/libkrun) where make libkrun can build it,
 # else on the harness's ($(REALVM)/lib, upstream's), where the coherence scenarios SKIP.
 REALVM_KRUN_LIB = $$([ -e $(LIBKRUN_BUILT)/libkrun.so.1 ] && echo $(LIBKRUN_BUILT))
+# and on krunbox's libkrunfw where make libkrunfw has built it (guest file events)
+REALVM_KRUNFW = $$([ -e $(LIBKRUNFW_BUILT)/libkrunfw.so.5 ] && echo $(abspath $(LIBKRUNFW_BUILT))/libkrunfw.so.5)
 
 ## test-realvm: the ci subset of the real-libkrun tests (e2e, hostapi/vmm, pi) in nested real microVMs
 test-realvm: realvm-payload libkrun-if-possible
-	KRUN_LIB=$(REALVM_KRUN_LIB) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh ci
+	KRUN_LIB=$(REALVM_KRUN_LIB) KRUNFW=$(REALVM_KRUNFW) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh ci
 
 ## test-realvm-full: every real-libkrun test in nested real microVMs (the ci tier and the groups kept out of CI for its time)
 test-realvm-full: realvm-payload libkrun-if-possible
-	KRUN_LIB=$(REALVM_KRUN_LIB) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh full
+	KRUN_LIB=$(REALVM_KRUN_LIB) KRUNFW=$(REALVM_KRUNFW) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh full
 
 # realvm-payload builds what the L1 payloads hold: krunbox, the test image, the compiled
 # e2e and hostapi/vmm suites, the vsock probe of the latter and the network probe of
@@ -239,7 +259,7 @@ bench-realvm: realvm-payload
 bench-realvm-shares: realvm-payload libkrun-if-possible
 	$(GO) test -c -o $(BUILD)/hostapi.test ./hostapi
 	$(GO) build -o $(BUILD)/benchpi ./hack/benchpi
-	KRUN_LIB=$(REALVM_KRUN_LIB) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench bench-shares
+	KRUN_LIB=$(REALVM_KRUN_LIB) KRUNFW=$(REALVM_KRUNFW) BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench bench-shares
 	rm -rf $(BUILD)/realvm/out/bench-shares.krunbox && mv $(BUILD)/realvm/out/bench-shares $(BUILD)/realvm/out/bench-shares.krunbox
 	BUILD=$(BUILD) REALVM=$(REALVM) hack/realvm/test.sh bench bench-shares
 

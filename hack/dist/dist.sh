@@ -9,6 +9,9 @@
 #        LIBKRUN_DIR  a folder holding libkrun.so.1 and libkrunfw.so.5 (or their
 #                     versioned files, libkrun.so.1.* and libkrunfw.so.5.*); empty: the
 #                     result carries no libkrun and needs a system one, and says so
+#        LIBKRUNFW    a libkrunfw.so.5 to bundle instead of LIBKRUN_DIR's (make libkrunfw's:
+#                     its guest kernel fires file events for host edits); its source
+#                     notice then names hack/libkrunfw's patch, bundled beside it
 #
 # A copy of a library folder may hold libkrun.so.1 as a small text file naming the
 # versioned file (a symlink that lost its kind, as ../shared/realvm/lib has it): such a
@@ -68,7 +71,8 @@ version() {
 libs() {
 	local dest=$1 krun krunfw kver fwver linux
 	krun=$(resolve libkrun.so.1)
-	krunfw=$(resolve libkrunfw.so.5)
+	krunfw=${LIBKRUNFW:-$(resolve libkrunfw.so.5)}
+	[ -f "$krunfw" ] && isELF "$krunfw" || die "LIBKRUNFW=$krunfw: not a shared library"
 	kver=$(version "$krun" libkrun.so.1)
 	fwver=$(version "$krunfw" libkrunfw.so.5)
 	linux=$(grep -a -o -m 1 'Linux version [0-9][0-9.]*' "$krunfw" | head -n 1 | cut -d' ' -f3 || true)
@@ -81,6 +85,9 @@ libs() {
 	# krunbox's libkrun (make libkrun) carries hack/libkrun's changes: the notice says so
 	LIBKRUN_PATCHED=
 	if grep -qa krun_set_virtiofs_cache "$krun"; then LIBKRUN_PATCHED=1; fi
+	# krunbox's libkrunfw (make libkrunfw) carries hack/libkrunfw's kernel patch
+	LIBKRUNFW_PATCHED=
+	if grep -qa fsnotify_inject "$krunfw"; then LIBKRUNFW_PATCHED=1; fi
 }
 
 # notices DIR: the licences and the source notice of the bundled libraries.
@@ -95,13 +102,26 @@ notices() {
 		cp "$ROOT"/hack/libkrun/*.patch "$d/libkrun-patches/"
 		ksrc="$ksrc, with krunbox's changes in \`libkrun-patches/\` (\`patch -p1\`; they add \`krun_set_virtiofs_cache\`)"
 	fi
+	local fwsrc="https://github.com/containers/libkrunfw, tag $fwtag" fwnote=
+	if [ -n "$LIBKRUNFW_PATCHED" ]; then
+		mkdir -p "$d/libkrunfw-patches"
+		cp "$ROOT"/hack/libkrunfw/*.patch "$d/libkrunfw-patches/"
+		fwsrc="$fwsrc, with krunbox's kernel patch in \`libkrunfw-patches/\`"
+		fwnote="
+This libkrunfw is krunbox's build (\`make libkrunfw\`, hack/libkrunfw/build.sh in
+krunbox's source): libkrunfw's source, with the kernel patch in \`libkrunfw-patches/\`
+applied after libkrunfw's own \`patches/\`, and \`CONFIG_FSNOTIFY_INJECT=y\` added to its
+\`config-libkrunfw_*\` (/proc/fs/fsnotify_inject: host edits wake the guest's file
+watchers). Linux $linux is the kernel release it was built from.
+"
+	fi
 	cat >"$d/SOURCES.md" <<EOF
 # The libraries bundled with krunbox, their licences and their source
 
 | file | what | licence | source |
 |---|---|---|---|
 | \`lib/krunbox/libkrun.so.1\` | libkrun $LIBKRUN_VERSION, the virtual machine monitor | Apache-2.0 (\`licenses/libkrun-Apache-2.0.txt\`) | $ksrc |
-| \`lib/krunbox/libkrunfw.so.5\` | libkrunfw $LIBKRUNFW_VERSION, the guest kernel as a library | LGPL-2.1 (\`licenses/libkrunfw-LGPL-2.1.txt\`) | https://github.com/containers/libkrunfw, tag $fwtag |
+| \`lib/krunbox/libkrunfw.so.5\` | libkrunfw $LIBKRUNFW_VERSION, the guest kernel as a library | LGPL-2.1 (\`licenses/libkrunfw-LGPL-2.1.txt\`) | $fwsrc |
 | the kernel inside libkrunfw | Linux $linux | GPL-2.0 (\`licenses/linux-GPL-2.0.txt\`) | see below |
 
 The corresponding source of the Linux kernel in libkrunfw.so.5 is libkrunfw's source at
@@ -113,7 +133,7 @@ applied to it; \`make\` there rebuilds the library. Where the library came from 
 distribution's package (Debian's libkrunfw5, Fedora's libkrunfw), that package's source
 package (\`apt-get source libkrunfw\`, \`dnf download --source libkrunfw\`) is the same
 source with the distribution's changes.
-
+$fwnote
 libkrunfw is loaded by libkrun at run time (dlopen); you may replace either library with
 another build of the same ABI (libkrun.so.1, libkrunfw.so.5) by putting it in
 \`lib/krunbox/\`, or point KRUNBOX_LIBKRUN at another libkrun.

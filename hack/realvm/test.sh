@@ -19,6 +19,8 @@
 #      L1_STALL  seconds without L1's heartbeat before it counts as frozen (default 90)
 #      KRUN_LIB  the libkrun and libkrunfw folder L1 gets (default: $REALVM/lib, upstream's
 #               1.19; make test-realvm passes make libkrun's, krunbox's own)
+#      KRUNFW   a libkrunfw.so.5 L1 gets instead of KRUN_LIB's (make libkrunfw's, whose guest
+#               kernel fires file events for host edits; without it FileEvents SKIPs)
 #      KRUNBOX_E2E_COHERENT=1  run the coherence scenarios even on a libkrun without
 #               krun_set_virtiofs_cache (default: only on one with it; else they SKIP)
 # Output of each group goes to $BUILD/realvm/out/GROUP (logs/TEST.log, results,
@@ -61,6 +63,10 @@ for l in libkrun.so.1 libkrunfw.so.5; do
 	fi
 	cp -L "$f" "$W/lib/$l" || { echo "test.sh: no $l in $src (set KRUN_LIB)" >&2; exit 2; }
 done
+if [ -n "${KRUNFW:-}" ]; then
+	cp -L "$KRUNFW" "$W/lib/libkrunfw.so.5" || { echo "test.sh: KRUNFW $KRUNFW: cannot copy it" >&2; exit 2; }
+	echo "test.sh: libkrunfw from $KRUNFW" >&2
+fi
 export KRUN_LIB=$W/lib
 # The e2e scenarios that need coherent shares (HostChangesSeen, NoLostEdit, Workspace)
 # skip, saying why, with a libkrun that cannot make them coherent (an upstream one, as
