@@ -56,13 +56,13 @@ const (
 // Limits bound one sandbox's watcher. Zero fields take the defaults.
 type Limits struct {
 	// MaxDirs bounds the directories watched (DefaultMaxDirs).
-	MaxDirs int
+	MaxDirs int `json:"max_dirs,omitempty"`
 	// MaxPaths bounds the paths one batch holds (DefaultMaxPaths).
-	MaxPaths int
+	MaxPaths int `json:"max_paths,omitempty"`
 	// MaxBytes bounds the bytes of paths one batch holds (DefaultMaxBytes).
-	MaxBytes int
+	MaxBytes int `json:"max_bytes,omitempty"`
 	// Window is the coalescing window of a batch (DefaultWindow).
-	Window time.Duration
+	Window time.Duration `json:"window_ns,omitempty"`
 }
 
 func (l Limits) withDefaults() Limits {
