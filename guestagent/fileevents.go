@@ -44,17 +44,17 @@ type injectRequest struct {
 // is delivered.
 func newInjector(ctx context.Context, inject string, mounts []string, log *slog.Logger) *injector {
 	in := &injector{log: log, mounts: mounts, reqs: make(chan injectRequest), done: ctx.Done()}
+	if len(mounts) == 0 {
+		in.status.Reason = "no shares"
+		return in
+	}
 	f, err := os.OpenFile(inject, os.O_WRONLY|os.O_APPEND, 0)
 	switch {
-	case errors.Is(err, os.ErrNotExist) || inject == "":
+	case inject == "" || errors.Is(err, os.ErrNotExist):
 		in.status.Reason = protocol.ErrNoFileEvents.Error()
 		return in
 	case err != nil:
 		in.status.Reason = fmt.Sprintf("open %s: %v", inject, err)
-		return in
-	case len(mounts) == 0:
-		f.Close()
-		in.status.Reason = "no shares"
 		return in
 	}
 	in.f = f
