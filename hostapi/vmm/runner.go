@@ -182,19 +182,26 @@ func startFileEvents(spec *Spec) error {
 	if err != nil {
 		return err
 	}
-	shares := slices.Clone(fe.Shares)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	go func() {
+		if err := fileevents.Serve(context.Background(), socket, watchedShares(spec), fe.Limits, log); err != nil {
+			log.Warn("file events stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// watchedShares are the shares of spec.FileEvents, without the protected
+// paths (the git directories the guest may not change: the host's git
+// changing them is nothing for the guest's watchers).
+func watchedShares(spec *Spec) []fileevents.Share {
+	shares := slices.Clone(spec.FileEvents.Shares)
 	for i := range shares {
 		for _, p := range spec.Protect {
 			shares[i].Exclude = append(shares[i].Exclude, p.Path)
 		}
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	go func() {
-		if err := fileevents.Serve(context.Background(), socket, shares, fe.Limits, log); err != nil {
-			log.Warn("file events stopped", "err", err)
-		}
-	}()
-	return nil
+	return shares
 }
 
 // configure creates and configures the libkrun context for spec. It opens

@@ -3,9 +3,11 @@ package vmm
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/krunbox/krunbox/hostapi/internal/fileevents"
 	"github.com/krunbox/krunbox/internal/netstack"
 )
 
@@ -149,5 +151,19 @@ func TestCrashSummary(t *testing.T) {
 		if got := crashSummary(exit2, tt.stderr); got != tt.want {
 			t.Errorf("%s: crashSummary = %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+func TestWatchedSharesExcludeProtected(t *testing.T) {
+	spec := &Spec{
+		Protect:    []Protect{{Path: "/ws/.git"}, {Path: "/ws/.git/config", Writable: true}},
+		FileEvents: &FileEvents{Shares: []fileevents.Share{{HostPath: "/ws", GuestPath: "/ws"}}},
+	}
+	got := watchedShares(spec)
+	if len(got) != 1 || !slices.Equal(got[0].Exclude, []string{"/ws/.git", "/ws/.git/config"}) {
+		t.Errorf("watched shares %+v, want /ws without the protected paths", got)
+	}
+	if spec.FileEvents.Shares[0].Exclude != nil {
+		t.Error("the spec's shares were changed")
 	}
 }

@@ -232,14 +232,20 @@ func (w *Watcher) loop(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				w.warnOnce("kernel", "file events: the kernel's event queue overflowed (fs.inotify.max_queued_events): the guest is told to rescan the shares")
-				w.overflowAll()
-				continue
-			}
-			w.log.Debug("file events: watcher error", "err", err)
+			w.handleError(err)
 		}
 	}
+}
+
+// handleError handles an error of fsnotify's: the kernel's queue
+// overflowed (events were lost), or a read failed.
+func (w *Watcher) handleError(err error) {
+	if errors.Is(err, fsnotify.ErrEventOverflow) {
+		w.warnOnce("kernel", "file events: the kernel's event queue overflowed (fs.inotify.max_queued_events): the guest is told to rescan the shares")
+		w.overflowAll()
+		return
+	}
+	w.log.Debug("file events: watcher error", "err", err)
 }
 
 // overflowAll makes the pending batch a coarse modify of every share root.

@@ -11,8 +11,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
 )
@@ -236,11 +239,30 @@ func TestWatchDirBound(t *testing.T) {
 
 func TestWatchKernelOverflow(t *testing.T) {
 	f := start(t, Limits{}, nil)
-	f.w.overflowAll()
-	f.w.overflowAll()
+	write(t, filepath.Join(f.host, "lost"), "x")
+	f.w.handleError(fsnotify.ErrEventOverflow)
+	f.w.handleError(fsnotify.ErrEventOverflow)
 	f.rec.waitFor(t, "modify /w")
-	if got := f.rec.events(); len(got) != 1 {
-		t.Errorf("got %q, want one modify of the share root", got)
+	if got := f.rec.events(); slices.Contains(got, "create /w/lost") {
+		t.Errorf("got %q, want the batch replaced by a modify of the share root", got)
+	}
+	if n := strings.Count(f.log.String(), "event queue overflowed"); n != 1 {
+		t.Errorf("the overflow was logged %d times, want once:\n%s", n, f.log.String())
+	}
+}
+
+func TestWatchKernelWatchLimit(t *testing.T) {
+	f := start(t, Limits{}, nil)
+	for _, d := range []string{"a", "b"} {
+		f.w.limited(f.w.shares[0], d, &os.SyscallError{Syscall: "inotify_add_watch", Err: syscall.ENOSPC})
+	}
+	f.w.limited(f.w.shares[0], "gone", os.ErrNotExist)
+	got := f.rec.waitFor(t, "modify /w/a", "modify /w/b")
+	if slices.Contains(got, "modify /w/gone") {
+		t.Errorf("a directory gone meanwhile was reported: %q", got)
+	}
+	if n := strings.Count(f.log.String(), "max_user_watches"); n != 1 {
+		t.Errorf("the kernel's limit was logged %d times, want once:\n%s", n, f.log.String())
 	}
 }
 
