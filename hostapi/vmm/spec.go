@@ -359,6 +359,19 @@ func (s *Spec) Validate() error {
 		}
 	}
 
+	if fe := s.FileEvents; fe != nil {
+		abs("file events socket", fe.Socket)
+		for _, w := range fe.Shares {
+			// Only what the guest mounts is watched.
+			if !slices.ContainsFunc(s.Shares, func(sh Share) bool { return sh.HostPath == w.HostPath }) {
+				bad("file events: %s is not a share", w.HostPath)
+			}
+			if !filepath.IsAbs(w.GuestPath) || filepath.Clean(w.GuestPath) != w.GuestPath {
+				bad("file events: guest path %q: want a clean absolute path", w.GuestPath)
+			}
+		}
+	}
+
 	cmdline := 0
 	if s.Exec.Path == "" {
 		bad("exec: no program")

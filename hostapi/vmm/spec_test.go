@@ -52,6 +52,18 @@ func TestSpecValidate(t *testing.T) {
 			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
 			s.Protect = []Protect{{Path: "/h/x/../../etc"}}
 		}, "clean absolute"},
+		{"file events", func(s *Spec) {
+			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
+			s.FileEvents = &FileEvents{Socket: "/s/agent.sock", Shares: []fileevents.Share{{HostPath: "/h", GuestPath: "/w"}}}
+		}, ""},
+		{"file events of what is not shared", func(s *Spec) {
+			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
+			s.FileEvents = &FileEvents{Socket: "/s/agent.sock", Shares: []fileevents.Share{{HostPath: "/", GuestPath: "/w"}}}
+		}, "/ is not a share"},
+		{"file events to a relative guest path", func(s *Spec) {
+			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
+			s.FileEvents = &FileEvents{Socket: "/s/agent.sock", Shares: []fileevents.Share{{HostPath: "/h", GuestPath: "w"}}}
+		}, "clean absolute"},
 		{"no program", func(s *Spec) { s.Exec.Path = "" }, "no program"},
 		{"space in program", func(s *Spec) { s.Exec.Path = "/bin/my prog" }, "spaces"},
 		{"quote in argument", func(s *Spec) { s.Exec.Args = []string{`say "hi"`} }, `cannot pass '"'`},
