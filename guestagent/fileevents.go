@@ -86,7 +86,7 @@ func (in *injector) serve(ctx context.Context, tid chan<- int) {
 		}
 		var res protocol.FileEventsResult
 		for _, e := range req.events {
-			if in.guest != nil && (in.guest.recent(e.Path) || (e.OldPath != "" && in.guest.recent(e.OldPath))) {
+			if in.guest != nil && (in.guest.changed(e.Path) || (e.OldPath != "" && in.guest.changed(e.OldPath))) {
 				res.Filtered++
 				continue
 			}

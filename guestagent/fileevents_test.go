@@ -207,7 +207,7 @@ func TestFileEventsFilterGuestChanges(t *testing.T) {
 	// The guest's changes are followed asynchronously: the host's echo
 	// comes at least a coalescing window later.
 	deadline := time.Now().Add(10 * time.Second)
-	for !e.a.events.guest.recent(guest) || !e.a.events.guest.recent(own) {
+	for !e.a.events.guest.changed(guest) || !e.a.events.guest.changed(own) {
 		if time.Now().After(deadline) {
 			t.Fatal("the guest's changes were never recorded")
 		}
@@ -254,13 +254,13 @@ func TestFileEventsInjectionsNotEchoed(t *testing.T) {
 	marker := filepath.Join(share, "marker")
 	run(t, "touch", marker)
 	deadline := time.Now().Add(10 * time.Second)
-	for !a.events.guest.recent(marker) {
+	for !a.events.guest.changed(marker) {
 		if time.Now().After(deadline) {
 			t.Fatal("the marker was never recorded")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if a.events.guest.recent(inject) {
+	if a.events.guest.changed(inject) {
 		t.Error("the injector's writes were taken for the guest's changes")
 	}
 }
@@ -277,7 +277,7 @@ func run(t *testing.T, argv ...string) {
 
 func TestGuestChangesBounded(t *testing.T) {
 	now := time.Unix(0, 0)
-	g := newGuestChanges(func() time.Time { return now })
+	g := newGuestChanges(nil, func() time.Time { return now })
 	g.note("/w/a")
 	if !g.recent("/w/a") || g.recent("/w/b") {
 		t.Fatal("recent")
@@ -296,4 +296,50 @@ func TestGuestChangesBounded(t *testing.T) {
 	if g.bytes > maxGuestChangeBytes || len(g.order) != 1 {
 		t.Errorf("%d bytes in %d changes, want at most %d", g.bytes, len(g.order), maxGuestChangeBytes)
 	}
+}
+
+// TestFileEventsFilterPerShare: a change the guest made in one share does
+// not hide the host's change of the same name in another.
+func TestFileEventsFilterPerShare(t *testing.T) {
+	one, two := t.TempDir(), t.TempDir()
+	inject := filepath.Join(t.TempDir(), "fsnotify_inject")
+	if err := os.WriteFile(inject, nil, 0o200); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Options{Config: &protocol.Config{Mounts: []protocol.Mount{{Tag: "a", Path: one}, {Tag: "b", Path: two}}}, FileEvents: inject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown(time.Second)
+	if !a.events.status.Filtered {
+		t.Skipf("no fanotify: %s", &a.events.status)
+	}
+	run(t, "sh", "-c", "echo x > "+filepath.Join(two, "f"))
+	deadline := time.Now().Add(10 * time.Second)
+	for !a.events.guest.changed(filepath.Join(two, "f")) {
+		if time.Now().After(deadline) {
+			t.Fatal("the guest's change was never recorded")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r, perr := a.events.fire(&protocol.FileEventsRequest{Events: []protocol.FileEvent{
+		{Op: protocol.FileModify, Path: filepath.Join(two, "f")},
+		{Op: protocol.FileModify, Path: filepath.Join(one, "f")},
+	}})
+	if perr != nil || r.Filtered != 1 || r.Delivered != 1 {
+		t.Errorf("result %+v %v, want the second share's change filtered, the first's delivered", r, perr)
+	}
+}
+
+func FuzzParseFanotify(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(make([]byte, 24))
+	f.Add([]byte("\x30\x00\x00\x00\x03\x00\x18\x00\x00\x01\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\x07\x00\x00\x00\x02\x00\x18\x00\x01\x00\x00\x00\x02\x00\x00\x00\x08\x00\x00\x00\x01\x00\x00\x00abcdefgh"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, ev := range parseFanotify(b) {
+			if ev.handle != nil && len(ev.handle.Bytes()) > maxHandleSize {
+				t.Fatalf("a handle of %d bytes", len(ev.handle.Bytes()))
+			}
+		}
+	})
 }

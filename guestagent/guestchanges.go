@@ -6,11 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
+	"path"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -29,11 +29,15 @@ const (
 	maxGuestChangeBytes = 4 << 20
 )
 
-// guestChanges records the paths the guest changed itself, for
+// guestChanges records what the guest changed itself in the shares, for
 // protocol.GuestChangeWindow: the host sees those changes too and reports
-// them, but the guest kernel already fired their events.
+// them, but the guest kernel already fired their events. A change is
+// keyed by its share, its directory's file handle and its name, as
+// fanotify reports it: handles are encoded, never decoded, so neither the
+// path of the directory nor the file system's export support is needed.
 type guestChanges struct {
-	now func() time.Time
+	now    func() time.Time
+	mounts []string // the shares' mount points; a key holds the index
 
 	mu     sync.Mutex
 	last   map[string]time.Time
@@ -43,15 +47,45 @@ type guestChanges struct {
 }
 
 type noted struct {
-	path string
-	at   time.Time
+	key string
+	at  time.Time
 }
 
-func newGuestChanges(now func() time.Time) *guestChanges {
-	return &guestChanges{now: now, last: make(map[string]time.Time), window: protocol.GuestChangeWindow}
+func newGuestChanges(mounts []string, now func() time.Time) *guestChanges {
+	return &guestChanges{now: now, mounts: mounts, last: make(map[string]time.Time), window: protocol.GuestChangeWindow}
 }
 
-// note records a change of p by the guest now.
+// changeKey is the key of a change of name in the directory whose handle
+// is h, in the share of index mount.
+func changeKey(mount int, h unix.FileHandle, name string) string {
+	return fmt.Sprintf("%d %d %x/%s", mount, h.Type(), h.Bytes(), name)
+}
+
+// atHandleFID is the kernel's AT_HANDLE_FID (Linux 6.5): a handle that
+// identifies a file, as fanotify's, also on file systems that cannot
+// open files by handle (virtio-fs without export support).
+const atHandleFID = 0x200
+
+// changed reports whether the guest changed p (a clean guest path in a
+// share) itself within the window.
+func (g *guestChanges) changed(p string) bool {
+	m := -1
+	for i, mp := range g.mounts {
+		if strings.HasPrefix(p, mp+"/") && (m < 0 || len(mp) > len(g.mounts[m])) {
+			m = i
+		}
+	}
+	if m < 0 {
+		return false
+	}
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, path.Dir(p), atHandleFID)
+	if err == unix.EINVAL {
+		h, _, err = unix.NameToHandleAt(unix.AT_FDCWD, path.Dir(p), 0)
+	}
+	return err == nil && g.recent(changeKey(m, h, path.Base(p)))
+}
+
+// note records a change with key by the guest now.
 func (g *guestChanges) note(p string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -65,7 +99,8 @@ func (g *guestChanges) note(p string) {
 	g.bytes += len(p)
 }
 
-// recent reports whether the guest changed p within the window.
+// recent reports whether the guest made the change with key p within the
+// window.
 func (g *guestChanges) recent(p string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -87,9 +122,9 @@ func (g *guestChanges) prune(now time.Time) {
 func (g *guestChanges) drop() {
 	n := g.order[0]
 	g.order = g.order[1:]
-	g.bytes -= len(n.path)
-	if g.last[n.path].Equal(n.at) {
-		delete(g.last, n.path)
+	g.bytes -= len(n.key)
+	if g.last[n.key].Equal(n.at) {
+		delete(g.last, n.key)
 	}
 }
 
@@ -102,70 +137,51 @@ const guestChangeMask = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MODIFY | un
 
 // watchGuestChanges follows the guest's changes to the file systems of
 // mounts with fanotify (FAN_MARK_FILESYSTEM, FAN_REPORT_DFID_NAME, which
-// needs CAP_SYS_ADMIN and a kernel with fanotify), until ctx ends. Each
-// event names the thread that caused it (FAN_REPORT_TID): the injector's
-// (the events the agent fires) and those outside the agent's PID
-// namespace (0: the host's own, under the test double) are not the
-// guest's changes.
+// needs CAP_SYS_ADMIN and a kernel with fanotify), until ctx ends: one
+// group per mount, since virtio-fs file systems may have no fsid to tell
+// them apart in one. Each event names the thread that caused it
+// (FAN_REPORT_TID): the injector's (the events the agent fires) and those
+// outside the agent's PID namespace (0: the host's own, under the test
+// double) are not the guest's changes.
 func watchGuestChanges(ctx context.Context, mounts []string, injector int, log *slog.Logger) (*guestChanges, error) {
-	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_DFID_NAME|unix.FAN_REPORT_TID, unix.O_RDONLY|unix.O_LARGEFILE|unix.O_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("fanotify: %w", err)
-	}
-	// Non-blocking, so that the runtime's poller waits for it and Close
-	// ends a read in progress (Fd would make it blocking again).
-	r := &fanReader{f: os.NewFile(uintptr(fd), "fanotify"), mounts: make(map[[2]int32]int), self: int32(injector), log: log, g: newGuestChanges(time.Now)}
-	if err := r.mark(fd, mounts); err != nil {
-		r.close()
-		return nil, err
-	}
-	go r.run(ctx)
-	return r.g, nil
-}
-
-// mark adds the file system of each mount to the group fd, and opens a
-// mount of each for resolving the events' handles.
-func (r *fanReader) mark(fd int, mounts []string) error {
+	g := newGuestChanges(mounts, time.Now)
+	var groups []*os.File
 	for _, m := range mounts {
-		if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, guestChangeMask, unix.AT_FDCWD, m); err != nil {
-			return fmt.Errorf("fanotify mark %s: %w", m, err)
+		fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_DFID_NAME|unix.FAN_REPORT_TID, unix.O_RDONLY|unix.O_LARGEFILE|unix.O_CLOEXEC)
+		if err == nil {
+			if err = unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, guestChangeMask, unix.AT_FDCWD, m); err != nil {
+				unix.Close(fd)
+			}
 		}
-		var st unix.Statfs_t
-		if err := unix.Statfs(m, &st); err != nil {
-			return fmt.Errorf("statfs %s: %w", m, err)
-		}
-		if _, ok := r.mounts[st.Fsid.Val]; ok {
-			continue
-		}
-		mfd, err := unix.Open(m, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("open %s: %w", m, err)
+			for _, f := range groups {
+				f.Close()
+			}
+			return nil, fmt.Errorf("fanotify on %s: %w", m, err)
 		}
-		r.mounts[st.Fsid.Val] = mfd
+		// Non-blocking, so that the runtime's poller waits for it and
+		// Close ends a read in progress (Fd would make it blocking again).
+		groups = append(groups, os.NewFile(uintptr(fd), "fanotify"))
 	}
-	return nil
+	for i, f := range groups {
+		r := &fanReader{f: f, mount: i, self: int32(injector), log: log, g: g}
+		go r.run(ctx)
+	}
+	return g, nil
 }
 
 // fanReader reads a fanotify group's events into a guestChanges.
 type fanReader struct {
-	f      *os.File
-	mounts map[[2]int32]int // a descriptor of a mount of each file system, by fsid
-	self   int32            // the injector's thread
-	log    *slog.Logger
-	g      *guestChanges
-}
-
-func (r *fanReader) close() {
-	r.f.Close()
-	for _, fd := range r.mounts {
-		unix.Close(fd)
-	}
+	f     *os.File
+	mount int   // the index of the share the group marks
+	self  int32 // the injector's thread
+	log   *slog.Logger
+	g     *guestChanges
 }
 
 func (r *fanReader) run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { r.f.Close() })
 	defer stop()
-	defer r.close()
 	buf := make([]byte, 64<<10)
 	overflowed := false
 	for {
@@ -173,6 +189,7 @@ func (r *fanReader) run(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn("file events: stopped following the guest's changes", "err", err)
+				r.f.Close()
 			}
 			return
 		}
@@ -185,43 +202,16 @@ func (r *fanReader) run(ctx context.Context) {
 				}
 			case ev.pid == 0 || ev.pid == r.self || ev.handle == nil:
 			default:
-				if p, err := r.resolve(ev); err == nil {
-					r.g.note(p)
-				}
+				r.g.note(changeKey(r.mount, *ev.handle, ev.name))
 			}
 		}
 	}
-}
-
-// resolve returns the path of an event's directory and name.
-func (r *fanReader) resolve(ev fanEvent) (string, error) {
-	mfd, ok := r.mounts[ev.fsid]
-	if !ok {
-		return "", errors.New("unknown file system")
-	}
-	fd, err := unix.OpenByHandleAt(mfd, *ev.handle, unix.O_PATH|unix.O_CLOEXEC)
-	if err != nil {
-		return "", err
-	}
-	defer unix.Close(fd)
-	dir, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-	if err != nil {
-		return "", err
-	}
-	if ev.name == "" || ev.name == "." {
-		return dir, nil
-	}
-	if dir == "/" {
-		return "/" + ev.name, nil
-	}
-	return dir + "/" + ev.name, nil
 }
 
 // fanEvent is what the agent uses of a fanotify event.
 type fanEvent struct {
 	mask   uint64
 	pid    int32
-	fsid   [2]int32
 	handle *unix.FileHandle // the directory's, nil without one
 	name   string
 }
@@ -234,14 +224,13 @@ func parseFanotify(b []byte) []fanEvent {
 	for len(b) >= metaSize {
 		meta := (*unix.FanotifyEventMetadata)(unsafe.Pointer(&b[0]))
 		l := int(meta.Event_len)
-		if l < metaSize || l > len(b) || meta.Vers != unix.FANOTIFY_METADATA_VERSION {
+		ml := int(meta.Metadata_len)
+		if l < metaSize || l > len(b) || ml < metaSize || ml > l || meta.Vers != unix.FANOTIFY_METADATA_VERSION {
 			break
 		}
+		// With FAN_REPORT_*FID an event carries no descriptor (FAN_NOFD).
 		ev := fanEvent{mask: meta.Mask, pid: meta.Pid}
-		if meta.Fd >= 0 {
-			unix.Close(int(meta.Fd)) // not with FAN_REPORT_*FID; never leak one
-		}
-		info := b[int(meta.Metadata_len):l]
+		info := b[ml:l]
 		for len(info) >= 4 {
 			typ, ilen := info[0], int(binary.NativeEndian.Uint16(info[2:4]))
 			if ilen < 4 || ilen > len(info) {
@@ -259,12 +248,12 @@ func parseFanotify(b []byte) []fanEvent {
 }
 
 // parseFid decodes a fanotify_event_info_fid body after its header: the
-// fsid, a struct file_handle and, for DFID_NAME, the name.
+// fsid (unused: a group marks one share), a struct file_handle and, for
+// DFID_NAME, the name.
 func parseFid(b []byte, ev *fanEvent) {
 	if len(b) < 16 {
 		return
 	}
-	ev.fsid = [2]int32{int32(binary.NativeEndian.Uint32(b[0:4])), int32(binary.NativeEndian.Uint32(b[4:8]))}
 	hb := int(binary.NativeEndian.Uint32(b[8:12]))
 	ht := int32(binary.NativeEndian.Uint32(b[12:16]))
 	if hb > len(b)-16 || hb > maxHandleSize {
