@@ -52,6 +52,8 @@ var scenarios = []scenario{
 	{"ReadOnlyMount", testReadOnlyMount},
 	{"Workspace", testWorkspace},
 	{"LiveWorkspace", testLiveWorkspace},
+	{"FileEvents", testFileEvents},
+	{"FileEventsNotDelivered", testFileEventsNotDelivered},
 	{"StaleWorkspaceSaid", testStaleWorkspaceSaid},
 	{"GitWorktree", testGitWorktree},
 	{"GitReadOnly", testGitReadOnly},

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,10 @@ type Options struct {
 	Sync bool
 	// Logger receives the agent's log; nil means slog.Default().
 	Logger *slog.Logger
+	// FileEvents is the guest kernel's fsnotify injection interface
+	// (vmdev.FsnotifyInjectPath), through which host changes to the shares
+	// reach the guest's watchers; empty means there is none.
+	FileEvents string
 	// Console receives the output of a main command whose connection
 	// ended (see protocol.ExecRequest.Main): the VM's console in a VM; nil
 	// discards it.
@@ -59,6 +64,7 @@ type Agent struct {
 	hostname string
 	kernel   string
 	trustEnv []string // the environment pointing at the CA bundle (setupTrust)
+	events   *injector
 
 	mu         sync.Mutex
 	active     int       // requests that count as activity, in progress
@@ -120,6 +126,20 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.Setup {
 		a.setup()
+	}
+	// Outside a VM (tests), the shares are the host's directories at the
+	// mounts' paths.
+	shares := mountPaths(a.mounts)
+	if !opts.Setup {
+		for _, m := range cfg.Mounts {
+			shares = append(shares, filepath.Clean(m.Path))
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-a.done; cancel() }()
+	a.events = newInjector(ctx, opts.FileEvents, shares, log)
+	if s := a.events.status; !s.Delivered || !s.Filtered {
+		log.Info("file events: " + s.String())
 	}
 	a.hostname, _ = os.Hostname()
 	var uts unix.Utsname
@@ -372,6 +392,7 @@ func (a *Agent) helloReply(hello *protocol.Hello) protocol.HelloReply {
 		Hostname:     a.hostname,
 		Arch:         runtime.GOARCH,
 		Kernel:       a.kernel,
+		FileEvents:   &a.events.status,
 	}
 	a.mu.Lock()
 	r.Boot = a.boot

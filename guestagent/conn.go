@@ -238,6 +238,8 @@ func requestBody(t protocol.Type) any {
 		return &protocol.SymlinkRequest{}
 	case protocol.TypeChmod:
 		return &protocol.ChmodRequest{}
+	case protocol.TypeFileEvents:
+		return &protocol.FileEventsRequest{}
 	}
 	return nil
 }
@@ -298,7 +300,7 @@ func (c *conn) open(f protocol.Frame) error {
 // run handles one request and closes its stream.
 func (c *conn) run(st *stream, req any) {
 	switch st.typ {
-	case protocol.TypePing, protocol.TypeHealth, protocol.TypeShutdown:
+	case protocol.TypePing, protocol.TypeHealth, protocol.TypeShutdown, protocol.TypeFileEvents:
 	default:
 		c.a.busy(1)
 		defer c.a.busy(-1)
@@ -326,6 +328,13 @@ func (c *conn) run(st *stream, req any) {
 		c.a.CloseConns()
 	case *protocol.ExecRequest:
 		c.exec(st, r)
+	case *protocol.FileEventsRequest:
+		res, perr := c.a.events.fire(r)
+		if perr != nil {
+			c.replyError(st, perr)
+			return
+		}
+		c.reply(st, protocol.TypeReply, &res, true)
 	default:
 		c.file(st, req)
 	}

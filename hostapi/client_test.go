@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -200,7 +201,7 @@ func TestVersionMismatchNamesBothVersions(t *testing.T) {
 		t.Fatalf("err = %v, want *VersionError", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"7 to 9", "1 to 1", "v9.9"} {
+	for _, want := range []string{"7 to 9", fmt.Sprintf("%d to %d", protocol.MinVersion, protocol.Version), "v9.9"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not name %q", msg, want)
 		}
@@ -215,14 +216,14 @@ func TestVersionMismatchNamesBothVersions(t *testing.T) {
 }
 
 func TestAgentNewerVersionNegotiatesDown(t *testing.T) {
-	// A host speaking 1..3 to this agent gets version 1.
+	// A host speaking 1..9 to this agent gets the agent's newest version.
 	_, a := newTestClient(t, nil)
-	if _, r := a.Hello(t, 1, 3); r.Version != 1 {
-		t.Fatalf("reply %+v; want version 1", r)
+	if _, r := a.Hello(t, 1, 9); r.Version != protocol.Version {
+		t.Fatalf("reply %+v; want version %d", r, protocol.Version)
 	}
-	// And a host that only speaks 2..3 gets version 0 and a close.
-	nc, r := a.Hello(t, 2, 3)
-	if r.Version != 0 || r.MinVersion != 1 || r.MaxVersion != 1 {
+	// And a host that only speaks newer ones gets version 0 and a close.
+	nc, r := a.Hello(t, protocol.Version+1, 9)
+	if r.Version != 0 || r.MinVersion != 1 || r.MaxVersion != protocol.Version {
 		t.Fatalf("reply %+v, want version 0 and the agent's range", r)
 	}
 	if _, err := protocol.ReadFrame(nc); err != io.EOF {

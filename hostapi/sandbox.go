@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/hostapi/internal/agentbin"
+	"github.com/krunbox/krunbox/hostapi/internal/fileevents"
 	"github.com/krunbox/krunbox/hostapi/internal/isolate"
 	"github.com/krunbox/krunbox/hostapi/vmm"
 	"github.com/krunbox/krunbox/internal/atomicfile"
@@ -598,6 +600,15 @@ func (s *Sandbox) vmSpec(ctx context.Context, o startOptions) (*vmm.Spec, error)
 		tag := mountTag(i)
 		spec.Shares = append(spec.Shares, vmm.Share{Tag: tag, HostPath: m.HostPath, ReadOnly: m.ReadOnly, Cached: m.Cached})
 		ac.Mounts = append(ac.Mounts, protocol.Mount{Tag: tag, Path: m.GuestPath, ReadOnly: m.ReadOnly})
+	}
+	if len(s.rec.Mounts) > 0 {
+		// The host's changes to the workspace and mounts wake the guest's
+		// watchers where its kernel can take them (the runner asks the
+		// agent first).
+		spec.FileEvents = &vmm.FileEvents{Socket: s.SocketPath()}
+		for _, m := range s.rec.Mounts {
+			spec.FileEvents.Shares = append(spec.FileEvents.Shares, fileevents.Share{HostPath: m.HostPath, GuestPath: path.Clean(m.GuestPath)})
+		}
 	}
 	if err := s.addSecrets(spec, &ac, cfg); err != nil {
 		return nil, err

@@ -80,7 +80,7 @@ func run(args []string, started time.Duration) error {
 	if err != nil {
 		return err
 	}
-	a, err := guestagent.New(guestagent.Options{
+	opts := guestagent.Options{
 		Config:  cfg,
 		Version: version,
 		Started: started,
@@ -88,7 +88,11 @@ func run(args []string, started time.Duration) error {
 		Sync:    network == "vsock",
 		Logger:  log,
 		Console: os.Stdout,
-	})
+	}
+	if network == "vsock" {
+		opts.FileEvents = vmdev.FsnotifyInjectPath()
+	}
+	a, err := guestagent.New(opts)
 	if err != nil {
 		return err
 	}

@@ -308,10 +308,32 @@ func doctorLibkrun(c *checkList, r *vmm.ProbeReport, err error) {
 		c.bad(true, "libkrunfw", errors.New(r.KrunfwErr), "install libkrunfw (libkrunfw.so.5 on Linux, libkrunfw.5.dylib on macOS), which holds the guest kernel libkrun loads: "+krun.InstallHint())
 	}
 
+	doctorFileEvents(c, r)
+
 	if r.ContextErr != "" {
 		c.bad(r.Missing == nil, "libkrun context", errors.New(r.ContextErr), "")
 	} else {
 		c.ok("libkrun context", "created, configured like a sandbox and freed")
+	}
+}
+
+// doctorFileEvents says whether the guest kernel that libkrunfw holds can
+// take host changes, which wake the guest's file watchers.
+func doctorFileEvents(c *checkList, r *vmm.ProbeReport) {
+	const fix = "krunbox's libkrunfw adds the fsnotify injection to the guest kernel: the release bundle carries it"
+	switch {
+	case r.TestDouble && os.Getenv("TESTKRUN_NO_FSNOTIFY") != "":
+		c.bad(false, "file events", errors.New("the test double stands for a stock libkrunfw (TESTKRUN_NO_FSNOTIFY): the guest's file watchers do not wake for host edits"), "")
+	case r.TestDouble:
+		c.ok("file events", "the test double records the events the agent fires, for tests")
+	case r.KrunfwErr != "":
+		// The libkrunfw line says why there is none.
+	case r.KrunfwFileEventsErr != "":
+		c.bad(false, "file events", errors.New(r.KrunfwFileEventsErr), fix)
+	case r.KrunfwFileEvents:
+		c.ok("file events", "host edits to the workspace and -v mounts wake the guest's file watchers (the guest kernel has fsnotify injection)")
+	default:
+		c.bad(false, "file events", fmt.Errorf("the guest kernel in %s has no fsnotify injection: the guest's file watchers (dev servers, test watchers) do not wake for host edits", r.Krunfw), fix)
 	}
 }
 

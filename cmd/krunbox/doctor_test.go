@@ -146,22 +146,28 @@ func TestDoctorLibkrunfw(t *testing.T) {
 		t.Skip("the stand-in libkrunfw is found through LD_LIBRARY_PATH")
 	}
 	libkrun := testkrun.Build(t, "-DTESTKRUN_UNMARKED")
-	krunfw := testkrun.Krunfw(t, "int krunfw_get_version(void) { return 4; }")
+	// krunbox's libkrunfw: its kernel has /proc/fs/fsnotify_inject.
+	krunfw := testkrun.Krunfw(t, `int krunfw_get_version(void) { return 4; }
+		__attribute__((used)) const char kernel[] = "/proc/fs/fsnotify_inject";`)
+	stock := testkrun.Krunfw(t, "int krunfw_get_version(void) { return 5; }")
 	odd := testkrun.Krunfw(t, "int krunfw_get_kernel(void) { return 0; }")
 	none := t.TempDir()
 	tests := []struct {
 		name, lib, krunfwDir string
 		want                 []string
-		fatal                bool
+		fatal, warn          bool
 	}{
 		{"found", libkrun, filepath.Dir(krunfw),
-			[]string{"✓ libkrun: " + libkrun + " (" + krun.WhyEnv + ")", "✓ libkrunfw: " + krunfw + ", ABI version 4 (" + krun.WhySystem + ")", "✓ libkrun context"}, false},
+			[]string{"✓ libkrun: " + libkrun + " (" + krun.WhyEnv + ")", "✓ libkrunfw: " + krunfw + ", ABI version 4 (" + krun.WhySystem + ")", "✓ libkrun context",
+				"✓ file events: host edits to the workspace and -v mounts wake the guest's file watchers"}, false, false},
+		{"stock", libkrun, filepath.Dir(stock),
+			[]string{"✓ libkrunfw: " + stock + ", ABI version 5", "✗ file events: the guest kernel in " + stock + " has no fsnotify injection", "fix: krunbox's libkrunfw"}, false, true},
 		{"missing", libkrun, none,
-			[]string{"✗ libkrunfw: load libkrunfw: " + testkrun.KrunfwName + ": cannot open shared object file", "fix: install libkrunfw"}, true},
+			[]string{"✗ libkrunfw: load libkrunfw: " + testkrun.KrunfwName + ": cannot open shared object file", "fix: install libkrunfw"}, true, false},
 		{"no krunfw_get_version", libkrun, filepath.Dir(odd),
-			[]string{"✗ libkrunfw: load libkrunfw: " + testkrun.KrunfwName + ": no krunfw_get_version", "fix: install libkrunfw"}, true},
+			[]string{"✗ libkrunfw: load libkrunfw: " + testkrun.KrunfwName + ": no krunfw_get_version", "fix: install libkrunfw"}, true, false},
 		{"not needed by the test double", testkrun.Library(t), none,
-			[]string{"✓ libkrunfw: not found, and not needed by the test double"}, false},
+			[]string{"✓ libkrunfw: not found, and not needed by the test double", "✓ file events: the test double records"}, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -174,8 +180,8 @@ func TestDoctorLibkrunfw(t *testing.T) {
 			t.Setenv(krun.LibraryEnv, tt.lib)
 			t.Setenv("LD_LIBRARY_PATH", tt.krunfwDir) // for doctor's probe process
 			code, out, _ := runCLI(t, "doctor")
-			if (code != 0) != tt.fatal || strings.Contains(out, "✗") != tt.fatal {
-				t.Errorf("exit code %d, want failure %v:\n%s", code, tt.fatal, out)
+			if (code != 0) != tt.fatal || strings.Contains(out, "✗") != (tt.fatal || tt.warn) {
+				t.Errorf("exit code %d, want failure %v, a warning %v:\n%s", code, tt.fatal, tt.warn, out)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(out, w) {

@@ -37,8 +37,12 @@ type inspectJSON struct {
 	// to the workspace and mounts (but :cached ones, which may always be
 	// stale) up to 5 s late with the libkrun the sandbox runs, or would
 	// start, with, and why.
-	StaleShares string           `json:"stale_shares,omitempty"`
-	Paths       inspectPathsJSON `json:"paths"`
+	StaleShares string `json:"stale_shares,omitempty"`
+	// FileEvents, for a running sandbox with shares, says whether host
+	// changes to them wake the guest's file watchers ("delivered", "not
+	// delivered: why"), as its agent reported.
+	FileEvents string           `json:"file_events,omitempty"`
+	Paths      inspectPathsJSON `json:"paths"`
 }
 
 type inspectPathsJSON struct {
@@ -104,11 +108,21 @@ func inspectSandbox(ctx context.Context, h *hostapi.Host, name string) (*inspect
 	return &inspectJSON{Disk: disk,
 		Name: sb.Name(), Created: sb.Created(), Config: sb.Config(), Mounts: sb.Mounts(), Image: sb.Image(), Root: sb.Root(), Git: git, Status: st, Isolation: sb.Isolation(),
 		StaleShares: staleShares(ctx, h, sb, st),
+		FileEvents:  fileEvents(sb, st),
 		Paths: inspectPathsJSON{
 			Dir: sb.Dir(), Socket: sb.SocketPath(), Console: sb.ConsolePath(),
 			RunnerLog: filepath.Join(sb.Dir(), vmm.LogFile),
 		},
 	}, nil
+}
+
+// fileEvents is the running agent's report of file events, for a sandbox
+// with shares; "" otherwise.
+func fileEvents(sb *hostapi.Sandbox, st *hostapi.Status) string {
+	if st.Agent == nil || len(sb.Mounts()) == 0 {
+		return ""
+	}
+	return st.Agent.FileEvents.String()
 }
 
 // staleShares says whether the sandbox's coherent shares may be stale in

@@ -12,7 +12,7 @@ import (
 // MinVersion the oldest. A host and an agent use the highest version both
 // speak; see Hello.
 const (
-	Version    = 1
+	Version    = 2
 	MinVersion = 1
 )
 
@@ -67,6 +67,8 @@ const (
 	TypeSymlink   Type = 55 // host → agent: SymlinkRequest
 	TypeReadlink  Type = 56 // host → agent: PathRequest; Reply{ReadlinkResult}
 	TypeChmod     Type = 57 // host → agent: ChmodRequest
+
+	TypeFileEvents Type = 64 // host → agent (version 2): FileEventsRequest; Reply{FileEventsResult}
 )
 
 var typeNames = map[Type]string{
@@ -78,6 +80,7 @@ var typeNames = map[Type]string{
 	TypeReadFile: "read-file", TypeWriteFile: "write-file", TypeStat: "stat",
 	TypeReadDir: "read-dir", TypeMkdir: "mkdir", TypeRemove: "remove", TypeRename: "rename",
 	TypeSymlink: "symlink", TypeReadlink: "readlink", TypeChmod: "chmod",
+	TypeFileEvents: "file-events",
 }
 
 func (t Type) String() string {
@@ -91,7 +94,10 @@ func (t Type) String() string {
 // version defines. A sender never sends a type newer than the negotiated
 // version; a receiver treats one as a protocol error.
 func (t Type) Since() int {
-	if _, ok := typeNames[t]; ok {
+	switch _, ok := typeNames[t]; {
+	case t == TypeFileEvents:
+		return 2
+	case ok:
 		return 1
 	}
 	return 0
@@ -102,7 +108,7 @@ func (t Type) IsRequest() bool {
 	switch t {
 	case TypePing, TypeHealth, TypeShutdown, TypeExec, TypeReadFile, TypeWriteFile,
 		TypeStat, TypeReadDir, TypeMkdir, TypeRemove, TypeRename, TypeSymlink,
-		TypeReadlink, TypeChmod:
+		TypeReadlink, TypeChmod, TypeFileEvents:
 		return true
 	}
 	return false

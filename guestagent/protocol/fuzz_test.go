@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -48,6 +49,11 @@ var fuzzSeeds = map[string][]string{
 	"FuzzDecodeError":     {`{"code":"ENOENT","op":"open","path":"/x","message":"no such file or directory"}`, `{"code":7}`},
 	"FuzzDecodeExecExit":  {`{"code":137,"signal":"SIGKILL","timed_out":true}`, `{"code":-1}`},
 	"FuzzDecodeCredit":    {"\x00\x01\x00\x00", "\x00\x00\x00\x00", "\xff\xff\xff\xff", "\x01"},
+	"FuzzDecodeFileEvents": {
+		`{"events":[{"op":"create","path":"/w/a"},{"op":"move","old_path":"/w/a","path":"/w/b"},{"op":"modify","path":"/w"}]}`,
+		`{"events":[]}`, `{"events":[{"op":"modify","path":"/w/../etc"}]}`, `{"events":[{"op":"delete","path":"/wx/a"}]}`,
+		`{"events":[{"op":"move","path":"/w/b"}]}`, `{"events":[{"op":"bogus","path":"/w/a"}]}`, `{"events":[{"op":"attrib","path":"w/a"}]}`,
+	},
 }
 
 func addSeeds(f *testing.F) {
@@ -122,6 +128,34 @@ func FuzzDecodeChmod(f *testing.F)      { fuzzDecode[ChmodRequest](f) }
 func FuzzDecodeShutdown(f *testing.F)   { fuzzDecode[ShutdownRequest](f) }
 func FuzzDecodeError(f *testing.F)      { fuzzDecode[Error](f) }
 func FuzzDecodeExecExit(f *testing.F)   { fuzzDecode[ExecExit](f) }
+
+// FuzzDecodeFileEvents: what Decode accepts is bounded and clean, and
+// CheckWithin passes only paths inside the share.
+func FuzzDecodeFileEvents(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var r FileEventsRequest
+		if err := Decode(body, &r); err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error neither malformed nor invalid: %v", err)
+			}
+			return
+		}
+		if len(r.Events) == 0 || len(r.Events) > MaxFileEvents {
+			t.Fatalf("accepted %d events", len(r.Events))
+		}
+		if r.CheckWithin([]string{"/w"}) != nil {
+			return
+		}
+		for _, e := range r.Events {
+			for _, p := range []string{e.Path, e.OldPath} {
+				if p != "" && p != "/w" && !strings.HasPrefix(p, "/w/") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
+					t.Fatalf("accepted %q for the share /w", p)
+				}
+			}
+		}
+	})
+}
 
 func FuzzDecodeCredit(f *testing.F) {
 	addSeeds(f)

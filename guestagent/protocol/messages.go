@@ -50,6 +50,9 @@ type HelloReply struct {
 	Hostname string `json:"hostname,omitempty"`
 	Arch     string `json:"arch,omitempty"`
 	Kernel   string `json:"kernel,omitempty"`
+	// FileEvents says whether host changes to the shares reach the
+	// guest's file watchers (protocol version 2; nil from older agents).
+	FileEvents *FileEventsStatus `json:"file_events,omitempty"`
 }
 
 // BootTimes are instants on the guest's CLOCK_BOOTTIME, which starts at 0

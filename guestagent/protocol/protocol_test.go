@@ -69,11 +69,30 @@ func TestTypeVersions(t *testing.T) {
 	if TypeExec.Since() != 1 || Type(200).Since() != 0 {
 		t.Error("Since: every version-1 type is 1, unknown types 0")
 	}
+	if TypeFileEvents.Since() != 2 || Version < 2 || !TypeFileEvents.IsRequest() {
+		t.Error("file events are a request of version 2")
+	}
 	if !TypeExec.IsRequest() || TypeData.IsRequest() || TypeSignal.IsRequest() {
 		t.Error("IsRequest: only types that open a stream")
 	}
 	if Type(200).String() != "type(200)" || TypeReadFile.String() != "read-file" {
 		t.Error("String")
+	}
+}
+
+func TestFileEventsStatusString(t *testing.T) {
+	for _, tt := range []struct {
+		s    *FileEventsStatus
+		want string
+	}{
+		{nil, "not delivered: the guest agent predates file events"},
+		{&FileEventsStatus{Reason: ErrNoFileEvents.Error()}, "not delivered: the guest kernel has no fsnotify injection (a stock libkrunfw)"},
+		{&FileEventsStatus{Delivered: true, Reason: "fanotify: EPERM"}, "delivered (the guest's own changes may be reported twice: fanotify: EPERM)"},
+		{&FileEventsStatus{Delivered: true, Filtered: true}, "delivered"},
+	} {
+		if got := tt.s.String(); got != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.s, got, tt.want)
+		}
 	}
 }
 

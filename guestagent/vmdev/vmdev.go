@@ -16,6 +16,9 @@
 //     virtio-fs tag <tag>; mounting the tag bind-mounts it.
 //   - $KRUNBOX_TESTKRUN_DIR/block/<id> is the disk added with the id <id>:
 //     a loop device of its image.
+//   - $KRUNBOX_TESTKRUN_DIR/fsnotify_inject stands for the guest kernel's
+//     /proc/fs/fsnotify_inject: a plain file that records each request
+//     written to it, for the tests to read.
 //
 // Real libkrun never sets the variable, so production always uses the real
 // devices. This is the only place the agent behaves differently under test.
@@ -42,6 +45,19 @@ func testDir() string { return os.Getenv(TestDirEnv) }
 // UnderTestDouble reports whether the agent runs under the libkrun test
 // double rather than in a real VM.
 func UnderTestDouble() bool { return testDir() != "" }
+
+// FsnotifyInject is the guest kernel's fsnotify injection interface, which
+// krunbox's libkrunfw adds: each write(2) fires one event.
+const FsnotifyInject = "/proc/fs/fsnotify_inject"
+
+// FsnotifyInjectPath is where the agent finds the fsnotify injection
+// interface: FsnotifyInject in a VM, the test double's stand-in under it.
+func FsnotifyInjectPath() string {
+	if dir := testDir(); dir != "" {
+		return filepath.Join(dir, "fsnotify_inject")
+	}
+	return FsnotifyInject
+}
 
 // SocketPath is the unix socket standing in for vsock port under the test
 // double whose stand-in directory is dir.

@@ -22,6 +22,12 @@
 //	                          console: /proc/1/fd/1)
 //	netprobe flood-udp ADDR N  one datagram to ADDR from each of N source
 //	                          ports (N flows); prints the number sent
+//	netprobe watch DIR...     a file watcher, as a dev server's: inotify on
+//	                          each DIR, printing "ready", then one line per
+//	                          event, "EVENT NAME" (create, modify,
+//	                          close_write, attrib, delete, moved_from,
+//	                          moved_to, with ",dir" for a directory), until
+//	                          killed (the file events scenario)
 //
 // The flood modes run at the lowest CPU priority: a VM bounds its guest's
 // CPU, and on the test double, where the guest's processes are the host's,
@@ -55,6 +61,8 @@ func main() {
 
 func run(args []string) error {
 	switch {
+	case len(args) >= 2 && args[0] == "watch":
+		return watch(args[1:])
 	case len(args) == 3 && args[0] == "connect":
 		n, err := strconv.Atoi(args[2])
 		if err != nil || n < 1 {

@@ -74,6 +74,7 @@ struct plan {
 	char **share_dirs; /* per share: the directory the VMM opened, or NULL */
 	bool root_ro;      /* the root share is read-only (krun_add_virtiofs3) */
 	char **disk_devs;  /* per disk: the loop device standing for it */
+	bool fsnotify;     /* a stand-in for the guest kernel's /proc/fs/fsnotify_inject */
 };
 
 static int fail_fd = 2; /* where the guest init reports setup failures */
@@ -627,6 +628,17 @@ static void guest_init(struct plan *p)
 	mkdir_in(root, TK_GUEST_DIR, 0755);
 	mkdir_in(root, TK_GUEST_DIR "/vsock", 0777);
 	mkdir_in(root, TK_GUEST_DIR "/virtiofs", 0755);
+	if (p->fsnotify) {
+		/* krunbox's libkrunfw's /proc/fs/fsnotify_inject, as a plain
+		 * file recording what the agent writes (root-only, 0200 as
+		 * there; the tests read it as root). */
+		char inject[PATH_MAX];
+		pathf(inject, "%s" TK_GUEST_DIR "/fsnotify_inject", root);
+		int fd = open(inject, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0200);
+		if (fd < 0)
+			die_setup("create", inject);
+		close(fd);
+	}
 	for (size_t i = 0; i < c->nshares; i++) {
 		const struct tk_share *s = &c->shares[i];
 		if (strcmp(s->tag, TK_ROOT_TAG) == 0 || !s->path)
@@ -1204,6 +1216,9 @@ int32_t tk_run(struct tk_ctx *c)
 			return vm_error("connect the net socket", c->net_path);
 	}
 	no_boot(getenv("TESTKRUN_NO_BOOT"));
+	/* TESTKRUN_NO_FSNOTIFY stands for a stock libkrunfw, whose kernel has
+	 * no fsnotify injection. */
+	p.fsnotify = !getenv("TESTKRUN_NO_FSNOTIFY");
 
 	int sp[2], um[2] = {-1, -1};
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)

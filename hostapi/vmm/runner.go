@@ -7,14 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/krunbox/krunbox/hostapi/internal/fileevents"
 	"github.com/krunbox/krunbox/internal/atomicfile"
 	"github.com/krunbox/krunbox/internal/confine"
 	"github.com/krunbox/krunbox/krun"
@@ -152,6 +155,11 @@ func runnerMain(dir string) int {
 	if err := writeRunnerInfo(dir, lib); err != nil {
 		return fail("%v", err)
 	}
+	if spec.FileEvents != nil {
+		if err := startFileEvents(spec); err != nil {
+			return fail("file events: %v", err)
+		}
+	}
 
 	os.Stdout.Sync()
 	os.Stderr.Sync()
@@ -162,6 +170,38 @@ func runnerMain(dir string) int {
 	// given their descriptors' paths (sharePath).
 	runtime.KeepAlive(shares)
 	return fail("start the VM: %v", err)
+}
+
+// startFileEvents watches the shares of spec.FileEvents in this process's
+// other threads while this one becomes the VM, and delivers their changes
+// to the agent once it is up (the runner log says whether the guest takes
+// them). It ends with the process, which is the VM's.
+func startFileEvents(spec *Spec) error {
+	fe := spec.FileEvents
+	socket, err := shortSocketPath(fe.Socket)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	go func() {
+		if err := fileevents.Serve(context.Background(), socket, watchedShares(spec), fe.Limits, log); err != nil {
+			log.Warn("file events stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// watchedShares are the shares of spec.FileEvents, without the protected
+// paths (the git directories the guest may not change: the host's git
+// changing them is nothing for the guest's watchers).
+func watchedShares(spec *Spec) []fileevents.Share {
+	shares := slices.Clone(spec.FileEvents.Shares)
+	for i := range shares {
+		for _, p := range spec.Protect {
+			shares[i].Exclude = append(shares[i].Exclude, p.Path)
+		}
+	}
+	return shares
 }
 
 // configure creates and configures the libkrun context for spec. It opens
@@ -487,6 +527,11 @@ type ProbeReport struct {
 	Krunfw        string `json:"krunfw,omitempty"`
 	KrunfwVersion int    `json:"krunfw_version,omitempty"`
 	KrunfwErr     string `json:"krunfw_error,omitempty"`
+	// KrunfwFileEvents says whether libkrunfw's kernel has the fsnotify
+	// injection the guest agent fires host changes through
+	// ([KrunfwHasFileEvents]); KrunfwFileEventsErr why that is unknown.
+	KrunfwFileEvents    bool   `json:"krunfw_file_events,omitempty"`
+	KrunfwFileEventsErr string `json:"krunfw_file_events_error,omitempty"`
 	// ContextErr, when not empty, says what failed while creating,
 	// configuring and freeing a representative context.
 	ContextErr string `json:"context_error,omitempty"`
@@ -543,6 +588,9 @@ func probeMain(path string) int {
 		r.KrunfwErr = err.Error()
 	} else {
 		r.Krunfw, r.KrunfwVersion = f, v
+		if r.KrunfwFileEvents, err = KrunfwHasFileEvents(f); err != nil {
+			r.KrunfwFileEventsErr = err.Error()
+		}
 	}
 	json.NewEncoder(os.Stdout).Encode(&r)
 	return 0

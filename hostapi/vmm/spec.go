@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/krunbox/krunbox/hostapi/internal/fileevents"
 	"github.com/krunbox/krunbox/internal/atomicfile"
 	"github.com/krunbox/krunbox/internal/confine"
 	"github.com/krunbox/krunbox/internal/logfile"
@@ -40,6 +41,10 @@ type Spec struct {
 	// what it holds. A runner without its mount namespace refuses to start
 	// with any (see ProtectsPaths).
 	Protect []Protect `json:"protect,omitempty"`
+	// FileEvents, when set, makes the runner watch shares on the host and
+	// deliver their changes to the guest agent, for the guest's file
+	// watchers (package fileevents). Protect's paths are not watched.
+	FileEvents *FileEvents `json:"file_events,omitempty"`
 	// Exec is the program libkrun's init runs in the guest.
 	Exec Exec `json:"exec"`
 	// Workdir is the program's working directory in the guest; libkrun
@@ -165,6 +170,18 @@ type Share struct {
 	// coherent (krun.Coherent): the guest sees each host change at its next
 	// access, where the library can do it (krun.ShareCacheFunc).
 	Cached bool `json:"cached,omitempty"`
+}
+
+// FileEvents says which shares the runner watches, and how to reach the
+// guest agent that takes their changes.
+type FileEvents struct {
+	// Socket is the host end of the agent's vsock port (one of Vsock).
+	Socket string `json:"socket"`
+	// Shares are the shares to watch (some of Shares) and their guest
+	// mount points.
+	Shares []fileevents.Share `json:"shares"`
+	// Limits bound the watcher; zero fields mean their defaults.
+	Limits fileevents.Limits `json:"limits,omitzero"`
 }
 
 // Protect is a host path, a directory or a regular file within a share,
@@ -339,6 +356,19 @@ func (s *Spec) Validate() error {
 		}
 		if !slices.ContainsFunc(s.Shares, func(sh Share) bool { return confine.Within(sh.HostPath, p.Path) }) {
 			bad("protected path %s: not within a share", p.Path)
+		}
+	}
+
+	if fe := s.FileEvents; fe != nil {
+		abs("file events socket", fe.Socket)
+		for _, w := range fe.Shares {
+			// Only what the guest mounts is watched.
+			if !slices.ContainsFunc(s.Shares, func(sh Share) bool { return sh.HostPath == w.HostPath }) {
+				bad("file events: %s is not a share", w.HostPath)
+			}
+			if !filepath.IsAbs(w.GuestPath) || filepath.Clean(w.GuestPath) != w.GuestPath {
+				bad("file events: guest path %q: want a clean absolute path", w.GuestPath)
+			}
 		}
 	}
 

@@ -3,9 +3,11 @@ package vmm
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/krunbox/krunbox/hostapi/internal/fileevents"
 	"github.com/krunbox/krunbox/internal/netstack"
 )
 
@@ -49,6 +51,18 @@ func TestSpecValidate(t *testing.T) {
 		{"unclean protected path", func(s *Spec) {
 			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
 			s.Protect = []Protect{{Path: "/h/x/../../etc"}}
+		}, "clean absolute"},
+		{"file events", func(s *Spec) {
+			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
+			s.FileEvents = &FileEvents{Socket: "/s/agent.sock", Shares: []fileevents.Share{{HostPath: "/h", GuestPath: "/w"}}}
+		}, ""},
+		{"file events of what is not shared", func(s *Spec) {
+			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
+			s.FileEvents = &FileEvents{Socket: "/s/agent.sock", Shares: []fileevents.Share{{HostPath: "/", GuestPath: "/w"}}}
+		}, "/ is not a share"},
+		{"file events to a relative guest path", func(s *Spec) {
+			s.Shares = []Share{{Tag: "a", HostPath: "/h"}}
+			s.FileEvents = &FileEvents{Socket: "/s/agent.sock", Shares: []fileevents.Share{{HostPath: "/h", GuestPath: "w"}}}
 		}, "clean absolute"},
 		{"no program", func(s *Spec) { s.Exec.Path = "" }, "no program"},
 		{"space in program", func(s *Spec) { s.Exec.Path = "/bin/my prog" }, "spaces"},
@@ -149,5 +163,19 @@ func TestCrashSummary(t *testing.T) {
 		if got := crashSummary(exit2, tt.stderr); got != tt.want {
 			t.Errorf("%s: crashSummary = %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+func TestWatchedSharesExcludeProtected(t *testing.T) {
+	spec := &Spec{
+		Protect:    []Protect{{Path: "/ws/.git"}, {Path: "/ws/.git/config", Writable: true}},
+		FileEvents: &FileEvents{Shares: []fileevents.Share{{HostPath: "/ws", GuestPath: "/ws"}}},
+	}
+	got := watchedShares(spec)
+	if len(got) != 1 || !slices.Equal(got[0].Exclude, []string{"/ws/.git", "/ws/.git/config"}) {
+		t.Errorf("watched shares %+v, want /ws without the protected paths", got)
+	}
+	if spec.FileEvents.Shares[0].Exclude != nil {
+		t.Error("the spec's shares were changed")
 	}
 }
