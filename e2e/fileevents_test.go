@@ -25,7 +25,17 @@ const (
 	// execDuringBurst bounds an exec's answer while the burst is delivered:
 	// the VM is not stalled.
 	execDuringBurst = 10 * time.Second
+	// latencyEdits is how many host and guest edits the latency of a
+	// wake is measured over, on a real VM.
+	latencyEdits = 20
 )
+
+// quantile is the q-quantile (0.5: the median) of ds.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
 
 // injectLog is where the test double's stand-in for the guest kernel's
 // /proc/fs/fsnotify_inject records the agent's requests (hack/README.md).
@@ -44,15 +54,26 @@ func (w *guestWatcher) add(l string) {
 	w.mu.Unlock()
 }
 
-func (w *guestWatcher) has(line string) bool {
+func (w *guestWatcher) has(line string) bool { return w.index(line, 0) >= 0 }
+
+// index is the position of line among the lines printed from the from-th
+// on, or -1.
+func (w *guestWatcher) index(line string, from int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, l := range w.lines {
-		if l == line {
-			return true
+	for i := from; i < len(w.lines); i++ {
+		if w.lines[i] == line {
+			return i
 		}
 	}
-	return false
+	return -1
+}
+
+// count is how many lines the watcher printed.
+func (w *guestWatcher) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.lines)
 }
 
 // waitWoken waits up to wakeWithin (scaled for nested VMs) for the
@@ -143,6 +164,11 @@ func testFileEvents(t *testing.T, e *env) {
 		{"rename", func() error { return os.Rename(p("old.txt"), p("renamed.txt")) },
 			"moved_to " + p("renamed.txt"), []string{"delete\x00" + p("old.txt") + "\x00", "create\x00" + p("renamed.txt") + "\x00"}},
 	}
+	for i := range latencyEdits {
+		for _, who := range []string{"host", "guest"} {
+			must(t, os.WriteFile(p(fmt.Sprintf("%s-%d.txt", who, i)), nil, 0o644))
+		}
+	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
 			must(t, s.apply())
@@ -155,6 +181,44 @@ func testFileEvents(t *testing.T, e *env) {
 			e.waitRequests(t, wakeWithin+2*time.Second, s.requests...)
 		})
 	}
+
+	t.Run("Latency", func(t *testing.T) {
+		if e.suite.mode != real {
+			t.Skip("on the double the guest sees the host's edits natively: nothing to measure")
+		}
+		// The guest's own edits, made by a shell already running in it on
+		// a line of its stdin, as a guest-side tool would: the same
+		// watcher, the same way back to the host as for a host edit.
+		guest := e.command("exec", "-i", "fe", "sh", "-c", `while read f; do echo x >> "$f"; done`)
+		in, err := guest.StdinPipe()
+		must(t, err)
+		startCmd(t, guest)
+		defer in.Close()
+		var host, local []time.Duration
+		woke := func(file string, edit func()) time.Duration {
+			from := w.count()
+			start := time.Now()
+			edit()
+			deadline := start.Add(poll.Scaled(wakeWithin))
+			for w.index("modify "+file, from) < 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the guest's watcher did not wake for %s within %v", file, poll.Scaled(wakeWithin))
+				}
+				time.Sleep(time.Millisecond)
+			}
+			return time.Since(start)
+		}
+		for i := range latencyEdits {
+			hf, gf := p(fmt.Sprintf("host-%d.txt", i)), p(fmt.Sprintf("guest-%d.txt", i))
+			host = append(host, woke(hf, func() { must(t, appendFile(hf, "x\n")) }))
+			local = append(local, woke(gf, func() {
+				_, err := fmt.Fprintln(in, gf)
+				must(t, err)
+			}))
+		}
+		t.Logf("file events latency, edit to the guest's watcher waking, %d edits each: host edit median %v p95 %v; guest edit median %v p95 %v",
+			latencyEdits, quantile(host, 0.5), quantile(host, 0.95), quantile(local, 0.5), quantile(local, 0.95))
+	})
 
 	t.Run("GuestWritesNotEchoed", func(t *testing.T) {
 		if e.suite.mode == real {
