@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
 // fakeAgent answers the hello with status and records each FileEvents
@@ -71,7 +72,7 @@ func TestServeDelivers(t *testing.T) {
 	host := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	lb := &logBuffer{}
+	lb := &syncbuf.Buffer{}
 	go func() {
 		done <- Serve(ctx, a.path, []Share{{HostPath: host, GuestPath: "/w"}}, Limits{}, slog.New(slog.NewTextHandler(lb, nil)))
 	}()
@@ -100,7 +101,7 @@ func TestServeDelivers(t *testing.T) {
 
 func TestServeWithoutInterface(t *testing.T) {
 	a := newFakeAgent(t, &protocol.FileEventsStatus{Reason: protocol.ErrNoFileEvents.Error()})
-	lb := &logBuffer{}
+	lb := &syncbuf.Buffer{}
 	// A share that cannot be watched: Serve must not even try.
 	err := Serve(context.Background(), a.path, []Share{{HostPath: "/nonexistent", GuestPath: "/w"}}, Limits{}, slog.New(slog.NewTextHandler(lb, nil)))
 	if err != nil {

@@ -1,7 +1,6 @@
 package fileevents
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
+	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
 )
 
 // recorder collects the batches a watcher delivers.
@@ -63,29 +63,11 @@ func (r *recorder) waitFor(t *testing.T, want ...string) []string {
 	}
 }
 
-// logBuffer is a log the tests read.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type fixture struct {
 	host string // the share's host directory
 	w    *Watcher
 	rec  *recorder
-	log  *logBuffer
+	log  *syncbuf.Buffer
 	stop func() error
 }
 
@@ -96,7 +78,7 @@ func start(t *testing.T, lim Limits, setup func(host string)) *fixture {
 	if setup != nil {
 		setup(host)
 	}
-	lb := &logBuffer{}
+	lb := &syncbuf.Buffer{}
 	w, err := New([]Share{{HostPath: host, GuestPath: "/w"}}, lim, slog.New(slog.NewTextHandler(lb, nil)))
 	if err != nil {
 		t.Fatal(err)
