@@ -320,7 +320,7 @@ func doctorLibkrun(c *checkList, r *vmm.ProbeReport, err error) {
 // doctorFileEvents says whether the guest kernel that libkrunfw holds can
 // take host changes, which wake the guest's file watchers.
 func doctorFileEvents(c *checkList, r *vmm.ProbeReport) {
-	const fix = "krunbox's libkrunfw adds the fsnotify injection to the guest kernel: the release bundle carries it"
+	const fix = "krunbox's libkrunfw adds the fsnotify injection to the guest kernel: make libkrunfw builds it (hack/README.md), and a release bundle made with it carries it"
 	switch {
 	case r.TestDouble && os.Getenv("TESTKRUN_NO_FSNOTIFY") != "":
 		c.bad(false, "file events", errors.New("the test double stands for a stock libkrunfw (TESTKRUN_NO_FSNOTIFY): the guest's file watchers do not wake for host edits"), "")
