@@ -37,8 +37,11 @@ if [ "$tarball" = debian ]; then
 	tarball=$CACHE/linux-source-6.12.tar.xz
 	if [ ! -f "$tarball" ]; then
 		d=$(mktemp -d)
-		(cd "$d" && apt-get download linux-source-6.12 >&2 && dpkg-deb -x linux-source-6.12_*.deb x) ||
-			{ log "apt-get download linux-source-6.12 failed"; rm -rf "$d"; exit 1; }
+		# A fresh machine may have no package lists yet: fetch them once (as root) and retry.
+		(cd "$d" && { apt-get download linux-source-6.12 >&2 ||
+			{ [ "$(id -u)" = 0 ] && apt-get update >&2 && apt-get download linux-source-6.12 >&2; }; } &&
+			dpkg-deb -x linux-source-6.12_*.deb x) ||
+			{ log "apt-get download linux-source-6.12 failed (as root, apt-get update first)"; rm -rf "$d"; exit 1; }
 		mv "$d/x/usr/src/linux-source-6.12.tar.xz" "$tarball.tmp" && mv "$tarball.tmp" "$tarball"
 		rm -rf "$d"
 	fi
@@ -77,8 +80,11 @@ else
 		top=$(set +o pipefail; tar -tf "$tarball" 2>/dev/null | head -n 1 | cut -d/ -f1)
 		args=(KERNEL_TARBALL="$tarball" KERNEL_VERSION="$top")
 	fi
-	# In its folder, not make -C: libkrunfw's Makefile hands its own flags on to the kernel's.
-	(cd "$dir/src" && PATH=$(dirname "$py"):$PATH make -j"${JOBS:-$(nproc)}" "${args[@]}") >"$dir/build.log" 2>&1 ||
+	# In its folder, not make -C, and as a top-level make (no MAKEFLAGS, MAKELEVEL from a
+	# make running this script): libkrunfw's Makefile passes $(MAKEFLAGS) to the kernel's
+	# make as words, and a sub-make's "w" (print the directory) would be taken for a target.
+	(cd "$dir/src" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u MAKEOVERRIDES PATH="$(dirname "$py"):$PATH" \
+		make -j"${JOBS:-$(nproc)}" "${args[@]}") >"$dir/build.log" 2>&1 ||
 		{ tail -n 40 "$dir/build.log" >&2; log "build failed: $dir/build.log"; exit 1; }
 	# libkrunfw's Makefile goes on past a patch that does not apply: check that ours did.
 	grep -q "^CONFIG_FSNOTIFY_INJECT=y" "$dir"/src/*/.config && grep -qa "$MARKER" "$dir"/src/libkrunfw.so.5.* ||
