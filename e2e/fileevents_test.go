@@ -166,9 +166,9 @@ func testFileEvents(t *testing.T, e *env) {
 		{"delete", func() error { return os.Remove(p("gone.txt")) },
 			"delete " + p("gone.txt"), []string{"delete\x00" + p("gone.txt") + "\x00"}},
 		{"rename", func() error { return os.Rename(p("old.txt"), p("renamed.txt")) },
-			// fsnotify does not pair a rename's two halves, so the host sends
-			// it as a delete and a create, and the watcher sees those.
-			"create " + p("renamed.txt"), []string{"delete\x00" + p("old.txt") + "\x00", "create\x00" + p("renamed.txt") + "\x00"}},
+			// One move, which the guest kernel fires as a local rename's
+			// IN_MOVED_FROM and IN_MOVED_TO.
+			"moved_to " + p("renamed.txt"), []string{"move\x00" + p("old.txt") + "\x00" + p("renamed.txt") + "\x00"}},
 	}
 	for i := range latencyEdits {
 		for _, who := range []string{"host", "guest"} {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -18,11 +19,12 @@ import (
 
 // injector fires the host's changes to the shares in the guest kernel,
 // through its fsnotify injection interface (vmdev.FsnotifyInjectPath): one
-// write(2) per event, "EVENT\0PATH\0" or "move\0OLDPATH\0NEWPATH\0". It
-// skips the paths the guest changed itself lately (guestChanges), whose
-// events the guest kernel already fired. The writes are made by one thread
-// of their own, so that the events they fire, which name that thread, are
-// told apart from the guest's changes, the agent's file requests included.
+// write(2) per event, "EVENT\0PATH\0" or "move\0OLDPATH\0NEWPATH\0" (but
+// see inject). It skips the paths the guest changed itself lately
+// (guestChanges), whose events the guest kernel already fired. The writes
+// are made by one thread of their own, so that the events they fire, which
+// name that thread, are told apart from the guest's changes, the agent's
+// file requests included.
 type injector struct {
 	log    *slog.Logger
 	mounts []string      // the shares' guest mount points
@@ -90,12 +92,8 @@ func (in *injector) serve(ctx context.Context, tid chan<- int) {
 				res.Filtered++
 				continue
 			}
-			buf = append(append(buf[:0], e.Op...), 0)
-			if e.Op == protocol.FileMove {
-				buf = append(append(buf, e.OldPath...), 0)
-			}
-			buf = append(append(buf, e.Path...), 0)
-			_, err := in.f.Write(buf)
+			var err error
+			buf, err = inject(in.f, buf, e)
 			var errno syscall.Errno
 			errors.As(err, &errno)
 			switch {
@@ -113,6 +111,39 @@ func (in *injector) serve(ctx context.Context, tid chan<- int) {
 		}
 		req.result <- res
 	}
+}
+
+// inject writes e's request to f, in buf (returned for the next). A move
+// the kernel cannot fire (ENOENT: a directory of one of its paths changed
+// again since, later in the host's batch or after it, as a temporary
+// directory a file was moved out of and then removed) is fired as what is
+// left of it: a delete of the old path and a create of the new one, each
+// if it can be, so that a watcher still learns of the path it can see.
+// (Whether the old path was a directory is not known then: the new one is
+// gone, or the delete cannot be fired either.)
+func inject(f io.Writer, buf []byte, e protocol.FileEvent) ([]byte, error) {
+	buf = appendInjectRequest(buf[:0], e)
+	_, err := f.Write(buf)
+	if e.Op != protocol.FileMove || !errors.Is(err, syscall.ENOENT) {
+		return buf, err
+	}
+	buf = appendInjectRequest(buf[:0], protocol.FileEvent{Op: protocol.FileDelete, Path: e.OldPath})
+	_, errDel := f.Write(buf)
+	buf = appendInjectRequest(buf[:0], protocol.FileEvent{Op: protocol.FileCreate, Path: e.Path})
+	if _, err = f.Write(buf); errDel == nil {
+		return buf, nil
+	}
+	return buf, err
+}
+
+// appendInjectRequest appends e's request, "EVENT\0PATH\0" or
+// "move\0OLDPATH\0NEWPATH\0", to buf.
+func appendInjectRequest(buf []byte, e protocol.FileEvent) []byte {
+	buf = append(append(buf, e.Op...), 0)
+	if e.Op == protocol.FileMove {
+		buf = append(append(buf, e.OldPath...), 0)
+	}
+	return append(append(buf, e.Path...), 0)
 }
 
 // fire delivers one request's events, once its paths are found to lie in

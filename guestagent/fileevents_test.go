@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -342,4 +343,56 @@ func FuzzParseFanotify(f *testing.F) {
 			}
 		}
 	})
+}
+
+// kernelStandIn takes injection requests as the guest kernel does, with
+// ENOENT for a move or an event whose paths are not all in paths.
+type kernelStandIn struct {
+	paths map[string]bool
+	fired []string // as "op path..."
+}
+
+func (k *kernelStandIn) Write(b []byte) (int, error) {
+	f := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	for _, p := range f[1:] {
+		if !k.paths[p] {
+			return 0, syscall.ENOENT
+		}
+	}
+	k.fired = append(k.fired, strings.Join(f, " "))
+	return len(b), nil
+}
+
+func TestInjectMoveFallsBack(t *testing.T) {
+	old, moved := "/w/d/old", "/w/new"
+	move := protocol.FileEvent{Op: protocol.FileMove, OldPath: old, Path: moved}
+	tests := []struct {
+		name    string
+		ev      protocol.FileEvent
+		paths   []string // what the stand-in finds
+		want    []string
+		wantErr error
+	}{
+		{"a move", move, []string{old, moved}, []string{"move " + old + " " + moved}, nil},
+		// The old path's directory was removed since: the new path is
+		// still told of.
+		{"old directory gone", move, []string{moved}, []string{"create " + moved}, nil},
+		{"new path gone", move, []string{old}, []string{"delete " + old}, nil},
+		{"both gone", move, nil, nil, syscall.ENOENT},
+		{"not a move", protocol.FileEvent{Op: protocol.FileModify, Path: moved}, nil, nil, syscall.ENOENT},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := &kernelStandIn{paths: make(map[string]bool)}
+			for _, p := range tt.paths {
+				k.paths[p] = true
+			}
+			if _, err := inject(k, nil, tt.ev); !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+				t.Errorf("inject: %v, want %v", err, tt.wantErr)
+			}
+			if !slices.Equal(k.fired, tt.want) {
+				t.Errorf("fired %q, want %q", k.fired, tt.want)
+			}
+		})
+	}
 }

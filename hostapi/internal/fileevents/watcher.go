@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,6 +103,12 @@ type Watcher struct {
 	shares []*share
 	dirs   map[string]*dir // by watch name; the event loop's own
 	ndirs  atomic.Int64    // len(dirs), for Dirs
+
+	// renamed is a directory renamed away by the last event, still
+	// watched (and in dirs) until the next (holdRenamed); renamedName is
+	// that event's name. The event loop's own.
+	renamed     *dir
+	renamedName string
 
 	ready chan struct{} // a batch's window has passed
 
@@ -267,22 +274,22 @@ func (w *Watcher) overflowAll() {
 // handle folds one fsnotify event into the pending batch, watching new
 // directories and forgetting removed ones.
 func (w *Watcher) handle(ev fsnotify.Event) {
+	var from string
+	if ev.Has(fsnotify.Create) {
+		from = renamedFrom(ev)
+	}
+	moved := w.takeRenamed(from)
 	parentName, child := splitName(ev.Name)
 	d := w.dirs[parentName]
 	if d == nil || child == "" {
+		if moved != nil {
+			w.unwatch(moved)
+		}
 		return // an event on a watched directory itself: its parent reports it
 	}
 	p := path.Join(d.guestPath(), child)
 	if ev.Has(fsnotify.Create) {
-		if old := d.children[child]; old != nil {
-			w.unwatch(old) // replaced
-		}
-		var st unix.Stat_t
-		isDir := unix.Fstatat(int(d.f.Fd()), child, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
-		w.add(d.share, p, protocol.FileCreate, isDir)
-		if isDir {
-			w.watchNew(d, child)
-		}
+		w.created(d, child, p, from, moved)
 	}
 	if ev.Has(fsnotify.Write) {
 		w.add(d.share, p, protocol.FileModify, false)
@@ -293,11 +300,162 @@ func (w *Watcher) handle(ev fsnotify.Event) {
 	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 		op := protocol.FileDelete
 		if sub := d.children[child]; sub != nil {
-			w.unwatch(sub)
 			op = protocol.FileDeleteDir
+			if ev.Has(fsnotify.Rename) {
+				w.holdRenamed(sub, ev.Name)
+			} else {
+				w.unwatch(sub)
+			}
 		}
-		w.add(d.share, p, op, false)
+		if ev.Has(fsnotify.Rename) {
+			w.fold(func(b *batch) bool { return b.renameFrom(d.share.GuestPath, p, op) })
+		} else {
+			w.add(d.share, p, op, false)
+		}
 	}
+}
+
+// created handles child appearing in d, at guest path p: created, or
+// renamed there from the event name from when fsnotify paired the rename's
+// halves. moved is the directory the watcher held since the rename's first
+// half (holdRenamed), if any.
+func (w *Watcher) created(d *dir, child, p, from string, moved *dir) {
+	if old := d.children[child]; old != nil {
+		w.unwatch(old) // replaced
+	}
+	var st unix.Stat_t
+	isDir := unix.Fstatat(int(d.f.Fd()), child, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if oldPath := w.guestPathOf(d.share, from); oldPath != "" {
+		w.fold(func(b *batch) bool { return b.renameTo(d.share.GuestPath, oldPath, p, isDir) })
+	} else {
+		w.add(d.share, p, protocol.FileCreate, isDir)
+	}
+	if moved != nil && (!isDir || moved.share != d.share || !sameFile(moved.f, &st)) {
+		w.unwatch(moved) // not what is there now
+		moved = nil
+	}
+	switch {
+	case moved != nil:
+		w.reattach(moved, d, child)
+	case isDir:
+		w.watchNew(d, child)
+	}
+}
+
+// guestPathOf returns the guest path of the event name name (a watch's
+// name and a child's) when it lies in s; "" otherwise.
+func (w *Watcher) guestPathOf(s *share, name string) string {
+	parentName, child := splitName(name)
+	d := w.dirs[parentName]
+	if d == nil || child == "" || d.share != s {
+		return ""
+	}
+	return path.Join(d.guestPath(), child)
+}
+
+// renamedFrom returns the name that the file of ev, a Create, had before
+// the rename that made it, when fsnotify paired the rename's two halves
+// (inotify's IN_MOVED_FROM and IN_MOVED_TO, by their cookie); "" for a
+// plain create or a rename from outside the watches. fsnotify keeps that
+// name unexported and shows it only in Event.String, as
+// `OP "NAME" ← "OLDNAME"` with both names quoted by %q, which escapes any
+// byte a name may hold: this parses it back. TestRenamedFrom renames real
+// files, so that a change of the format fails it.
+func renamedFrom(ev fsnotify.Event) string {
+	s, ok := strings.CutPrefix(ev.String(), ev.Op.String())
+	if !ok {
+		return ""
+	}
+	s = strings.TrimLeft(s, " ")
+	q, err := strconv.QuotedPrefix(s)
+	if err != nil {
+		return ""
+	}
+	if name, err := strconv.Unquote(q); err != nil || name != ev.Name {
+		return ""
+	}
+	s, ok = strings.CutPrefix(s[len(q):], " ← ")
+	if !ok {
+		return ""
+	}
+	if q, err = strconv.QuotedPrefix(s); err != nil || q != s {
+		return ""
+	}
+	old, err := strconv.Unquote(q)
+	if err != nil {
+		return ""
+	}
+	return old
+}
+
+// holdRenamed detaches sub, a watched directory renamed away by the event
+// named name, from its parent, and keeps its watches until the next event:
+// the rename's other half within the shares (handle's next event, nearly
+// always) moves them under the new name (reattach); any other event
+// unwatches it (takeRenamed), gone out of the shares.
+func (w *Watcher) holdRenamed(sub *dir, name string) {
+	delete(sub.parent.children, path.Base(sub.rel))
+	sub.parent = nil
+	w.renamed, w.renamedName = sub, name
+}
+
+// takeRenamed returns the directory held by holdRenamed when from, the
+// event's old name, is its name; otherwise it unwatches that directory and
+// returns nil.
+func (w *Watcher) takeRenamed(from string) *dir {
+	sub := w.renamed
+	if sub == nil {
+		return nil
+	}
+	w.renamed = nil
+	if from == "" || from != w.renamedName {
+		w.unwatch(sub)
+		return nil
+	}
+	return sub
+}
+
+// reattach watches sub, a watched directory renamed to name below d, and
+// the directories below it under their new paths. Only inotify pairs a
+// rename's halves, and there each watch is named by its directory's
+// descriptor (addwatch_linux.go), which the rename leaves valid: the
+// watches below sub stay. Sub's own watch does not: fsnotify removes the
+// watch of a directory that moved (at its IN_MOVE_SELF, which it handles
+// before or after this), so it is made anew, with a new watch descriptor
+// that fsnotify does not remove.
+func (w *Watcher) reattach(sub, d *dir, name string) {
+	sub.parent = d
+	d.children[name] = sub
+	sub.rel = path.Join(d.rel, name)
+	if sub.share.exclude[sub.hostPath()] {
+		w.unwatch(sub)
+		return
+	}
+	w.fsw.Remove(sub.name) // fsnotify may have removed it already
+	if _, err := addWatch(w.fsw, sub.f, sub.hostPath()); err != nil {
+		w.unwatch(sub)
+		w.limited(sub.share, sub.rel, err)
+		return
+	}
+	stack := []*dir{sub}
+	for len(stack) > 0 {
+		p := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for n, c := range p.children {
+			c.rel = path.Join(p.rel, n)
+			if c.share.exclude[c.hostPath()] {
+				w.unwatch(c)
+				continue
+			}
+			stack = append(stack, c)
+		}
+	}
+}
+
+// sameFile reports whether f is the file st describes.
+func sameFile(f *os.File, st *unix.Stat_t) bool {
+	var fst unix.Stat_t
+	return unix.Fstat(int(f.Fd()), &fst) == nil && fst.Dev == st.Dev && fst.Ino == st.Ino
 }
 
 // splitName splits an event's name into its directory's watch name and the
@@ -310,13 +468,18 @@ func splitName(name string) (string, string) {
 	return name[:i], name[i+1:]
 }
 
-// add folds one event into the pending batch, arming its window when it
-// was empty.
+// add folds one event into the pending batch.
 func (w *Watcher) add(s *share, p string, op protocol.FileEventOp, isDir bool) {
+	w.fold(func(b *batch) bool { return b.add(s.GuestPath, p, op, isDir) })
+}
+
+// fold folds one event into the pending batch with f, which reports false
+// when the batch overflowed, arming its window when it was empty.
+func (w *Watcher) fold(f func(*batch) bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wasEmpty := w.pending.empty()
-	if !w.pending.add(s.GuestPath, p, op, isDir) {
+	if !f(w.pending) {
 		w.warnLocked("batch", fmt.Sprintf("file events: more than %d paths (or %d bytes) changed within one batch: the guest is told to rescan the shares instead", w.lim.MaxPaths, w.lim.MaxBytes))
 	}
 	if wasEmpty {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"github.com/krunbox/krunbox/internal/testutil/syncbuf"
@@ -33,14 +34,19 @@ func (r *recorder) deliver(_ context.Context, evs []protocol.FileEvent) error {
 	return nil
 }
 
-// events returns every event delivered so far, as "op path" strings.
+// events returns every event delivered so far, as "op path" strings
+// ("move oldpath path" for a move).
 func (r *recorder) events() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for _, b := range r.batches {
 		for _, e := range b {
-			out = append(out, string(e.Op)+" "+e.Path)
+			s := string(e.Op) + " "
+			if e.OldPath != "" {
+				s += e.OldPath + " "
+			}
+			out = append(out, s+e.Path)
 		}
 	}
 	return out
@@ -139,23 +145,190 @@ func TestWatchRecursive(t *testing.T) {
 	if f.w.Dirs() != 3 {
 		t.Errorf("watching %d directories after the removal, want 3", f.w.Dirs())
 	}
+}
 
-	// A rename is a delete and a create; the renamed directory is watched
-	// under its new name.
-	if err := os.Rename(filepath.Join(f.host, "old"), filepath.Join(f.host, "moved")); err != nil {
+func rename(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.Rename(from, to); err != nil {
 		t.Fatal(err)
 	}
-	f.rec.waitFor(t, "delete_dir /w/old", "create /w/moved", "create /w/moved/sub", "create /w/moved/sub/f")
-	write(t, filepath.Join(f.host, "moved/sub/g"), "x")
-	f.rec.waitFor(t, "create /w/moved/sub/g")
-	if err := os.Chmod(filepath.Join(f.host, "moved/sub/g"), 0o600); err != nil {
+}
+
+// waitDirs waits until the watcher watches n directories.
+func (f *fixture) waitDirs(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.w.Dirs() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("watching %d directories, want %d", f.w.Dirs(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestWatchRename(t *testing.T) {
+	f := start(t, Limits{}, func(host string) {
+		mkdir(t, filepath.Join(host, "dir/sub"))
+		write(t, filepath.Join(host, "dir/sub/f"), "x")
+		write(t, filepath.Join(host, "file"), "x")
+		mkdir(t, filepath.Join(host, "other"))
+	})
+	h := func(rel string) string { return filepath.Join(f.host, rel) }
+	// One move each, for a file and for a directory (not a delete and a
+	// create, nor the directory's tree). Every event is known once the
+	// last one asked for came: the batches are delivered in order.
+	rename(t, h("file"), h("renamed"))
+	f.rec.waitFor(t, "move /w/file /w/renamed")
+	rename(t, h("dir"), h("moved"))
+	f.rec.waitFor(t, "move /w/dir /w/moved")
+	// The moved directory and the one below it are watched under their
+	// new paths.
+	write(t, h("moved/top"), "x")
+	f.rec.waitFor(t, "create /w/moved/top", "modify /w/moved/top")
+	write(t, h("moved/sub/g"), "x")
+	got := f.rec.waitFor(t, "create /w/moved/sub/g", "modify /w/moved/sub/g")
+	want := []string{"move /w/file /w/renamed", "move /w/dir /w/moved", "create /w/moved/top", "modify /w/moved/top", "create /w/moved/sub/g", "modify /w/moved/sub/g"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if f.w.Dirs() != 4 {
+		t.Errorf("watching %d directories, want 4 (the root, other, moved, moved/sub)", f.w.Dirs())
+	}
+
+	// Deeper, twice: every path below follows.
+	rename(t, h("moved"), h("other/deep"))
+	f.rec.waitFor(t, "move /w/moved /w/other/deep")
+	if err := os.Chmod(h("other/deep/sub/g"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.rec.waitFor(t, "attrib /w/moved/sub/g")
-	if err := os.Remove(filepath.Join(f.host, "moved/sub/g")); err != nil {
+	f.rec.waitFor(t, "attrib /w/other/deep/sub/g")
+	if err := os.Remove(h("other/deep/top")); err != nil {
 		t.Fatal(err)
 	}
-	f.rec.waitFor(t, "delete /w/moved/sub/g")
+	f.rec.waitFor(t, "delete /w/other/deep/top")
+	// Over an empty directory, which is no longer watched.
+	mkdir(t, h("other/empty"))
+	f.rec.waitFor(t, "create /w/other/empty")
+	f.waitDirs(t, 5)
+	if err := unix.Rename(h("other/deep"), h("other/empty")); err != nil { // os.Rename refuses
+		t.Fatal(err)
+	}
+	f.rec.waitFor(t, "move /w/other/deep /w/other/empty")
+	f.waitDirs(t, 4)
+	write(t, h("other/empty/sub/h"), "x")
+	f.rec.waitFor(t, "create /w/other/empty/sub/h")
+
+	// Out of the shares: a delete, and nothing more is watched there.
+	outside := t.TempDir()
+	rename(t, h("other/empty"), filepath.Join(outside, "deep"))
+	f.rec.waitFor(t, "delete_dir /w/other/empty")
+	f.waitDirs(t, 2)
+	write(t, filepath.Join(outside, "deep/sub/secret"), "x")
+	// Into the shares from outside: a create, with the tree it brings.
+	rename(t, filepath.Join(outside, "deep"), h("in"))
+	got = f.rec.waitFor(t, "create /w/in", "create /w/in/sub", "create /w/in/sub/secret")
+	for _, e := range got {
+		if strings.Contains(e, "/w/other/empty/sub/secret") {
+			t.Errorf("a change out of the shares was reported: %q", got)
+		}
+	}
+	write(t, h("in/sub/later"), "x")
+	f.rec.waitFor(t, "create /w/in/sub/later")
+	f.waitDirs(t, 4)
+}
+
+func TestWatchRenameExcluded(t *testing.T) {
+	host := t.TempDir()
+	mkdir(t, filepath.Join(host, "d/sub"))
+	w, err := New([]Share{{HostPath: host, GuestPath: "/w", Exclude: []string{filepath.Join(host, "x"), filepath.Join(host, "y/sub")}}}, Limits{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, rec.deliver) }()
+	defer func() { cancel(); <-done }()
+	f := &fixture{host: host, w: w, rec: rec}
+
+	// Renamed to where a directory below it is excluded: that one is no
+	// longer watched.
+	rename(t, filepath.Join(host, "d"), filepath.Join(host, "y"))
+	rec.waitFor(t, "move /w/d /w/y")
+	f.waitDirs(t, 2)
+	// Renamed to an excluded path: a move, and nothing watched there.
+	rename(t, filepath.Join(host, "y"), filepath.Join(host, "x"))
+	rec.waitFor(t, "move /w/y /w/x")
+	f.waitDirs(t, 1)
+	write(t, filepath.Join(host, "x/f"), "x")
+	write(t, filepath.Join(host, "x/sub/f"), "x")
+	write(t, filepath.Join(host, "end"), "x")
+	got := rec.waitFor(t, "create /w/end")
+	for _, e := range got {
+		if strings.Contains(e, "/w/x/") {
+			t.Errorf("a change in an excluded directory was reported: %q", got)
+		}
+	}
+}
+
+// TestRenamedFrom checks renamedFrom against fsnotify's real events, so
+// that a change of how fsnotify shows a rename's old name fails it.
+func TestRenamedFrom(t *testing.T) {
+	tests := []struct {
+		name     string
+		old, new string // below the watched directory; old "" for a create
+		outside  bool   // old is outside the watched directory
+	}{
+		{"plain", "a", "b", false},
+		{"quotes and arrows", `a" ← "x`, `b ← "y"`, false},
+		{"newline and spaces", "a\nb  c", " d\t", false},
+		{"control and invalid UTF-8", "a\x01\xff", "b\xfe\u2190", false},
+		{"a create", "", "new", false},
+		{"from outside", "a", "b", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, other := t.TempDir(), t.TempDir()
+			fsw, err := fsnotify.NewWatcher()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fsw.Close()
+			if err := fsw.Add(dir); err != nil {
+				t.Fatal(err)
+			}
+			from, to := filepath.Join(dir, tt.old), filepath.Join(dir, tt.new)
+			if tt.outside {
+				from = filepath.Join(other, tt.old)
+			}
+			want := from
+			if tt.old == "" || tt.outside {
+				want = ""
+			}
+			if tt.old == "" {
+				write(t, to, "x")
+			} else {
+				write(t, from, "x")
+				rename(t, from, to)
+			}
+			for {
+				select {
+				case ev := <-fsw.Events:
+					if ev.Name != to || !ev.Has(fsnotify.Create) {
+						continue
+					}
+					if got := renamedFrom(ev); got != want {
+						t.Errorf("renamedFrom(%v) = %q, want %q", ev, got, want)
+					}
+					return
+				case err := <-fsw.Errors:
+					t.Fatal(err)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("no create of %q came", to)
+				}
+			}
+		})
+	}
 }
 
 func TestWatchCoalescesBurst(t *testing.T) {
