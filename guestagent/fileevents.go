@@ -20,15 +20,15 @@ import (
 // injector fires the host's changes to the shares in the guest kernel,
 // through its fsnotify injection interface (vmdev.FsnotifyInjectPath): one
 // write(2) per event, "EVENT\0PATH\0" or "move\0OLDPATH\0NEWPATH\0" (but
-// see inject). It skips the paths the guest changed itself lately
+// see inject). It skips the files the guest wrote itself lately
 // (guestChanges), whose events the guest kernel already fired. The writes
 // are made by one thread of their own, so that the events they fire, which
-// name that thread, are told apart from the guest's changes, the agent's
+// name that thread, are told apart from the guest's writes, the agent's
 // file requests included.
 type injector struct {
 	log    *slog.Logger
 	mounts []string      // the shares' guest mount points
-	guest  *guestChanges // nil when the guest's own changes cannot be told apart
+	guest  *guestChanges // nil when the guest's own writes cannot be told apart
 	status protocol.FileEventsStatus
 	f      *os.File // the interface, nil without one
 	reqs   chan injectRequest
@@ -41,7 +41,7 @@ type injectRequest struct {
 }
 
 // newInjector opens the injection interface at inject for the shares
-// mounted at mounts and starts following the guest's own changes to them,
+// mounted at mounts and starts following the guest's own writes to them,
 // until ctx ends. Without the interface, the status says why and nothing
 // is delivered.
 func newInjector(ctx context.Context, inject string, mounts []string, log *slog.Logger) *injector {

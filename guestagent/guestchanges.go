@@ -3,23 +3,24 @@
 package guestagent
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/krunbox/krunbox/guestagent/protocol"
 	"golang.org/x/sys/unix"
 )
 
-// Bounds of the record of the guest's own changes.
+// Bounds of the record of the guest's own writes.
 const (
 	// maxGuestChanges bounds the paths recorded: past it the oldest are
 	// forgotten (their host echo is then delivered: a duplicate event in
@@ -27,17 +28,31 @@ const (
 	maxGuestChanges = 16384
 	// maxGuestChangeBytes bounds the bytes of the paths recorded.
 	maxGuestChangeBytes = 4 << 20
+	// fanBatch bounds the fanotify events read at once: each holds a
+	// descriptor of its file, open in the agent until it is handled.
+	fanBatch = 128
 )
 
-// guestChanges records what the guest changed itself in the shares, for
-// protocol.GuestChangeWindow: the host sees those changes too and reports
-// them, but the guest kernel already fired their events. A change is
-// keyed by its share, its directory's file handle and its name, as
-// fanotify reports it: handles are encoded, never decoded, so neither the
-// path of the directory nor the file system's export support is needed.
+// guestChanges records the files the guest wrote itself in the shares, for
+// protocol.GuestChangeWindow: the host sees those writes too and reports
+// them, but the guest kernel already fired their events. A write is keyed
+// by the clean guest path of its file, as the descriptor fanotify opens
+// for the event names it when it is read.
+//
+// What it covers is a file the guest opened for writing: its writes and
+// its close (echo > f, a new file made by touch, an in-place save), whose
+// host echoes (create, modify) are dropped. What it does not cover: the
+// guest's mkdir, rename, chmod (or a touch of an existing file that only
+// sets its times) and removal. fanotify reports those only to a group
+// that marks the whole file system and names files by handle (FID mode),
+// which virtio-fs refuses (ENODEV: it has no fsid), so their host echoes
+// are fired in the guest again: a second event for its watchers, except
+// for a removal, whose echo finds no file (counted as Gone). Nor a write
+// whose file was renamed or removed before its event was read: the
+// descriptor then names its new path, or none.
 type guestChanges struct {
 	now    func() time.Time
-	mounts []string // the shares' mount points; a key holds the index
+	mounts []string // the shares' mount points: paths elsewhere are not recorded
 
 	mu     sync.Mutex
 	last   map[string]time.Time
@@ -47,46 +62,29 @@ type guestChanges struct {
 }
 
 type noted struct {
-	key string
-	at  time.Time
+	path string
+	at   time.Time
 }
 
 func newGuestChanges(mounts []string, now func() time.Time) *guestChanges {
 	return &guestChanges{now: now, mounts: mounts, last: make(map[string]time.Time), window: protocol.GuestChangeWindow}
 }
 
-// changeKey is the key of a change of name in the directory whose handle
-// is h, in the share of index mount.
-func changeKey(mount int, h unix.FileHandle, name string) string {
-	return fmt.Sprintf("%d %d %x/%s", mount, h.Type(), h.Bytes(), name)
-}
-
-// atHandleFID is the kernel's AT_HANDLE_FID (Linux 6.5): a handle that
-// identifies a file, as fanotify's, also on file systems that cannot
-// open files by handle (virtio-fs without export support).
-const atHandleFID = 0x200
-
-// changed reports whether the guest changed p (a clean guest path in a
-// share) itself within the window.
+// changed reports whether the guest wrote the file at p (a clean guest
+// path) itself within the window.
 func (g *guestChanges) changed(p string) bool {
-	m := -1
-	for i, mp := range g.mounts {
-		if strings.HasPrefix(p, mp+"/") && (m < 0 || len(mp) > len(g.mounts[m])) {
-			m = i
-		}
-	}
-	if m < 0 {
-		return false
-	}
-	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, path.Dir(p), atHandleFID)
-	if err == unix.EINVAL {
-		h, _, err = unix.NameToHandleAt(unix.AT_FDCWD, path.Dir(p), 0)
-	}
-	return err == nil && g.recent(changeKey(m, h, path.Base(p)))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	at, ok := g.last[p]
+	return ok && g.now().Sub(at) < g.window
 }
 
-// note records a change with key by the guest now.
+// note records a write by the guest to the file at p now, if p lies in a
+// share.
 func (g *guestChanges) note(p string) {
+	if !slices.ContainsFunc(g.mounts, func(m string) bool { return strings.HasPrefix(p, strings.TrimSuffix(m, "/")+"/") }) {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
@@ -99,16 +97,7 @@ func (g *guestChanges) note(p string) {
 	g.bytes += len(p)
 }
 
-// recent reports whether the guest made the change with key p within the
-// window.
-func (g *guestChanges) recent(p string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	at, ok := g.last[p]
-	return ok && g.now().Sub(at) < g.window
-}
-
-// prune forgets the changes older than the window.
+// prune forgets the writes older than the window.
 func (g *guestChanges) prune(now time.Time) {
 	for len(g.order) > 0 && now.Sub(g.order[0].at) >= g.window {
 		g.drop()
@@ -118,153 +107,143 @@ func (g *guestChanges) prune(now time.Time) {
 	}
 }
 
-// drop forgets the oldest change.
+// drop forgets the oldest write.
 func (g *guestChanges) drop() {
 	n := g.order[0]
 	g.order = g.order[1:]
-	g.bytes -= len(n.key)
-	if g.last[n.key].Equal(n.at) {
-		delete(g.last, n.key)
+	g.bytes -= len(n.path)
+	if g.last[n.path].Equal(n.at) {
+		delete(g.last, n.path)
 	}
 }
 
-// maxHandleSize is the kernel's MAX_HANDLE_SZ, the largest file handle.
-const maxHandleSize = 128
+// guestWriteMask are the fanotify events of a guest's write: a write(2)
+// to a file, and the close of a file opened for writing (also when
+// nothing was written: a new empty file). Events on names (create,
+// rename, delete) and on attributes need FID mode, which virtio-fs
+// refuses.
+const guestWriteMask = unix.FAN_MODIFY | unix.FAN_CLOSE_WRITE
 
-// The fanotify events that mean a change by the guest.
-const guestChangeMask = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MODIFY | unix.FAN_ATTRIB |
-	unix.FAN_MOVED_FROM | unix.FAN_MOVED_TO | unix.FAN_CLOSE_WRITE | unix.FAN_ONDIR
-
-// watchGuestChanges follows the guest's changes to the file systems of
-// mounts with fanotify (FAN_MARK_FILESYSTEM, FAN_REPORT_DFID_NAME, which
-// needs CAP_SYS_ADMIN and a kernel with fanotify), until ctx ends: one
-// group per mount, since virtio-fs file systems may have no fsid to tell
-// them apart in one. Each event names the thread that caused it
+// watchGuestChanges follows the guest's writes to the shares mounted at
+// mounts with fanotify, until ctx ends: one notification group (which
+// needs CAP_SYS_ADMIN and a kernel with fanotify) marking each share's
+// mount (FAN_MARK_MOUNT, which virtio-fs allows, unlike a file-system
+// mark). Each event carries a descriptor of the file written, which names
+// its path: the kernel opens the file as the event is read (on virtio-fs,
+// an open and a release sent to the host, also for the events the
+// injector fires for a host modify). Each names the thread that wrote
 // (FAN_REPORT_TID): the injector's (the events the agent fires) and those
-// outside the agent's PID namespace (0: the host's own, under the test
-// double) are not the guest's changes.
+// outside the agent's PID namespace (0) are not the guest's writes.
 func watchGuestChanges(ctx context.Context, mounts []string, injector int, log *slog.Logger) (*guestChanges, error) {
-	g := newGuestChanges(mounts, time.Now)
-	var groups []*os.File
+	// O_RDONLY: the descriptors are only named, never read.
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_TID, unix.O_RDONLY|unix.O_LARGEFILE|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("fanotify: %w", err)
+	}
 	for _, m := range mounts {
-		fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_DFID_NAME|unix.FAN_REPORT_TID, unix.O_RDONLY|unix.O_LARGEFILE|unix.O_CLOEXEC)
-		if err == nil {
-			if err = unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, guestChangeMask, unix.AT_FDCWD, m); err != nil {
-				unix.Close(fd)
-			}
-		}
-		if err != nil {
-			for _, f := range groups {
-				f.Close()
-			}
+		if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_MOUNT, guestWriteMask, unix.AT_FDCWD, m); err != nil {
+			unix.Close(fd)
 			return nil, fmt.Errorf("fanotify on %s: %w", m, err)
 		}
-		// Non-blocking, so that the runtime's poller waits for it and
-		// Close ends a read in progress (Fd would make it blocking again).
-		groups = append(groups, os.NewFile(uintptr(fd), "fanotify"))
 	}
-	for i, f := range groups {
-		r := &fanReader{f: f, mount: i, self: int32(injector), log: log, g: g}
-		go r.run(ctx)
-	}
+	g := newGuestChanges(mounts, time.Now)
+	// Non-blocking, so that the runtime's poller waits for it and Close
+	// ends a read in progress (Fd would make it blocking again).
+	r := &fanReader{f: os.NewFile(uintptr(fd), "fanotify"), self: int32(injector), log: log, g: g}
+	go r.run(ctx)
 	return g, nil
 }
 
 // fanReader reads a fanotify group's events into a guestChanges.
 type fanReader struct {
-	f     *os.File
-	mount int   // the index of the share the group marks
-	self  int32 // the injector's thread
-	log   *slog.Logger
-	g     *guestChanges
+	f    *os.File
+	self int32 // the injector's thread
+	log  *slog.Logger
+	g    *guestChanges
+
+	overflowed, unopened bool // warned of
 }
 
 func (r *fanReader) run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { r.f.Close() })
 	defer stop()
-	buf := make([]byte, 64<<10)
-	overflowed := false
+	buf := make([]byte, fanBatch*unix.FAN_EVENT_METADATA_LEN)
 	for {
 		n, err := r.f.Read(buf)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.log.Warn("file events: stopped following the guest's changes", "err", err)
-				r.f.Close()
+		r.handle(parseFanotify(buf[:n]))
+		var errno syscall.Errno
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return
+		case errors.As(err, &errno):
+			// The kernel could not open the file of the event it was
+			// reading (a file the guest may write but not read, one
+			// removed on the host): it dropped that event, the next read
+			// goes on with the others.
+			if !r.unopened {
+				r.unopened = true
+				r.log.Warn("file events: a file the guest wrote could not be opened to be named: its changes may be reported twice", "err", err)
 			}
+		default:
+			r.log.Warn("file events: stopped following the guest's writes", "err", err)
+			r.f.Close()
 			return
 		}
-		for _, ev := range parseFanotify(buf[:n]) {
-			switch {
-			case ev.mask&unix.FAN_Q_OVERFLOW != 0:
-				if !overflowed {
-					overflowed = true
-					r.log.Warn("file events: the guest's own changes came too fast to follow: some may be reported twice")
-				}
-			case ev.pid == 0 || ev.pid == r.self || ev.handle == nil:
-			default:
-				r.g.note(changeKey(r.mount, *ev.handle, ev.name))
+	}
+}
+
+// handle records the guest's writes among evs, and closes every
+// descriptor they carry.
+func (r *fanReader) handle(evs []fanEvent) {
+	for _, ev := range evs {
+		switch {
+		case ev.mask&unix.FAN_Q_OVERFLOW != 0:
+			if !r.overflowed {
+				r.overflowed = true
+				r.log.Warn("file events: the guest's own writes came too fast to follow: some may be reported twice")
 			}
+		case ev.fd < 0 || ev.mask&guestWriteMask == 0 || ev.pid == 0 || ev.pid == r.self:
+		default:
+			// A file removed since is named "PATH (deleted)": not a
+			// path to record.
+			if p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(ev.fd))); err == nil && !strings.HasSuffix(p, " (deleted)") {
+				r.g.note(p)
+			}
+		}
+		if ev.fd >= 0 {
+			unix.Close(int(ev.fd))
 		}
 	}
 }
 
 // fanEvent is what the agent uses of a fanotify event.
 type fanEvent struct {
-	mask   uint64
-	pid    int32
-	handle *unix.FileHandle // the directory's, nil without one
-	name   string
+	mask uint64
+	fd   int32 // the file's descriptor, open; FAN_NOFD without one (an overflow)
+	pid  int32 // the thread that caused it (FAN_REPORT_TID), 0 outside the agent's PID namespace
 }
 
-// parseFanotify decodes the events in b (FAN_REPORT_DFID_NAME), skipping
-// anything malformed.
+// parseFanotify decodes the events in b (struct fanotify_event_metadata,
+// any information records after it skipped). It stops at the first event
+// whose header cannot be trusted (another version, lengths shorter than
+// the metadata or past b): what follows cannot be found, and a descriptor
+// number read from it could be another of the agent's.
 func parseFanotify(b []byte) []fanEvent {
 	var out []fanEvent
-	const metaSize = int(unsafe.Sizeof(unix.FanotifyEventMetadata{}))
+	const metaSize = unix.FAN_EVENT_METADATA_LEN
 	for len(b) >= metaSize {
-		meta := (*unix.FanotifyEventMetadata)(unsafe.Pointer(&b[0]))
-		l := int(meta.Event_len)
-		ml := int(meta.Metadata_len)
-		if l < metaSize || l > len(b) || ml < metaSize || ml > l || meta.Vers != unix.FANOTIFY_METADATA_VERSION {
+		l := int(binary.NativeEndian.Uint32(b[0:4]))
+		ml := int(binary.NativeEndian.Uint16(b[6:8]))
+		if b[4] != unix.FANOTIFY_METADATA_VERSION || l < metaSize || l > len(b) || ml < metaSize || ml > l {
 			break
 		}
-		// With FAN_REPORT_*FID an event carries no descriptor (FAN_NOFD).
-		ev := fanEvent{mask: meta.Mask, pid: meta.Pid}
-		info := b[ml:l]
-		for len(info) >= 4 {
-			typ, ilen := info[0], int(binary.NativeEndian.Uint16(info[2:4]))
-			if ilen < 4 || ilen > len(info) {
-				break
-			}
-			if typ == unix.FAN_EVENT_INFO_TYPE_DFID_NAME || typ == unix.FAN_EVENT_INFO_TYPE_DFID {
-				parseFid(info[4:ilen], &ev)
-			}
-			info = info[ilen:]
-		}
-		out = append(out, ev)
+		out = append(out, fanEvent{
+			mask: binary.NativeEndian.Uint64(b[8:16]),
+			fd:   int32(binary.NativeEndian.Uint32(b[16:20])),
+			pid:  int32(binary.NativeEndian.Uint32(b[20:24])),
+		})
 		b = b[l:]
 	}
 	return out
-}
-
-// parseFid decodes a fanotify_event_info_fid body after its header: the
-// fsid (unused: a group marks one share), a struct file_handle and, for
-// DFID_NAME, the name.
-func parseFid(b []byte, ev *fanEvent) {
-	if len(b) < 16 {
-		return
-	}
-	hb := int(binary.NativeEndian.Uint32(b[8:12]))
-	ht := int32(binary.NativeEndian.Uint32(b[12:16]))
-	if hb > len(b)-16 || hb > maxHandleSize {
-		return
-	}
-	h := unix.NewFileHandle(ht, bytes.Clone(b[16:16+hb]))
-	ev.handle = &h
-	if name := b[16+hb:]; len(name) > 0 {
-		if i := bytes.IndexByte(name, 0); i >= 0 {
-			name = name[:i]
-		}
-		ev.name = string(name)
-	}
 }

@@ -117,8 +117,8 @@
 // FileEvents{FileEventsRequest} (version 2): the host's changes to the
 // shares, at most MaxFileEvents per request, named by guest paths that
 // must lie in a share (a mount of Config.Mounts; else EINVAL, and nothing
-// is fired). The agent fires each in the guest kernel, skipping the paths
-// the guest changed itself within GuestChangeWindow, and answers
+// is fired). The agent fires each in the guest kernel, skipping the files
+// the guest wrote itself within GuestChangeWindow, and answers
 // Reply{FileEventsResult}. It does not count as activity. The host sends
 // it only when the hello reports FileEventsStatus.Delivered, and one at a
 // time: a slow guest makes the host coalesce more, never queue more.

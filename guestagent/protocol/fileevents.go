@@ -30,7 +30,7 @@ func (op FileEventOp) valid() bool {
 	return false
 }
 
-// GuestChangeWindow is how long after the guest changed a path itself the
+// GuestChangeWindow is how long after the guest wrote a file itself the
 // agent drops host events for it: the host sees the guest's writes to a
 // share too (within its coalescing window and the delivery's time), and the
 // guest kernel already fired those events.
@@ -121,7 +121,7 @@ type FileEventsResult struct {
 	// there (changed again since): normal.
 	Gone int `json:"gone,omitempty"`
 	// Filtered counts the events dropped because the guest itself had
-	// changed the path within GuestChangeWindow: its kernel already fired
+	// written the file within GuestChangeWindow: its kernel already fired
 	// them.
 	Filtered int `json:"filtered,omitempty"`
 	// Failed counts the events the guest kernel refused otherwise.
@@ -134,8 +134,10 @@ type FileEventsStatus struct {
 	// Delivered says the guest kernel can fire injected events: the host
 	// may send FileEventsRequest.
 	Delivered bool `json:"delivered"`
-	// Filtered says the agent can tell the guest's own changes apart
-	// (fanotify), and drops host events for them.
+	// Filtered says the agent can tell the guest's own file writes apart
+	// (fanotify), and drops host events for the files written. The
+	// guest's own mkdir, rename, chmod and removal are not told apart:
+	// their host events are fired again (a removal's finds no file).
 	Filtered bool `json:"filtered,omitempty"`
 	// Reason says why Delivered or Filtered is false.
 	Reason string `json:"reason,omitempty"`
