@@ -12,6 +12,8 @@
 # env:  KERNEL_TARBALL  the kernel source instead of the one libkrunfw's Makefile downloads
 #                 (a .tar.xz whose top folder is the tree; libkrunfw's patches must apply to
 #                 it), or "debian": Debian's linux-source-6.12, fetched with apt-get download
+#                 (libkrunfw's patches that need porting to it are replaced by those in
+#                 debian-6.12/ of the same name)
 #       CACHE     the build cache (default ${XDG_CACHE_HOME:-$HOME/.cache}/krunbox-build)
 #       JOBS      make's jobs (default: the number of CPUs)
 # The result is cached in $CACHE/libkrunfw-KEY, KEY a hash of this script, this folder's
@@ -55,8 +57,12 @@ for p in python3 /usr/bin/python3; do
 done
 [ -n "$py" ] || { log "no python3 with pyelftools (Debian: apt-get install python3-pyelftools)"; exit 2; }
 
+# Ports of libkrunfw's patches to Debian's kernel, replacing them by name (debian-6.12/).
+ports=()
+[ "${KERNEL_TARBALL:-}" != debian ] || ports=("$HERE"/debian-6.12/*.patch)
+
 key=$( {
-	sha256sum "$0" "$HERE"/*.patch | cut -d' ' -f1
+	sha256sum "$0" "$HERE"/*.patch "${ports[@]}" | cut -d' ' -f1
 	(cd "$CHECKOUT" && sha256sum Makefile bin2cbundle.py config-libkrunfw_* patches/*.patch) | cut -d' ' -f1
 	[ -z "$tarball" ] || sha256sum "$tarball" | cut -d' ' -f1
 } | sha256sum | cut -c1-16)
@@ -72,6 +78,10 @@ else
 	cp -a "$CHECKOUT/." "$dir/src/"
 	rm -rf "$dir/src/.git"
 	# After libkrunfw's own patches (its Makefile applies patches/0*.patch in order).
+	for p in "${ports[@]}"; do
+		[ -f "$dir/src/patches/$(basename "$p")" ] || { log "$CHECKOUT has no patches/$(basename "$p") for $p to replace"; exit 2; }
+		cp "$p" "$dir/src/patches/"
+	done
 	for p in "$HERE"/*.patch; do cp "$p" "$dir/src/patches/0900-krunbox-$(basename "$p")"; done
 	for c in "$dir"/src/config-libkrunfw_*; do echo CONFIG_FSNOTIFY_INJECT=y >>"$c"; done
 	args=()
@@ -89,6 +99,10 @@ else
 	# libkrunfw's Makefile goes on past a patch that does not apply: check that ours did.
 	grep -q "^CONFIG_FSNOTIFY_INJECT=y" "$dir"/src/*/.config && grep -qa "$MARKER" "$dir"/src/libkrunfw.so.5.* ||
 		{ log "the kernel was built without $MARKER: see $dir/build.log"; exit 1; }
+	# Hunks of libkrunfw's patches that did not apply (drivers this config does not build,
+	# such as vhost, may be fine): say which, for whoever runs the result.
+	rejects=$(sed -n 's/.*saving rejects to file //p' "$dir/build.log" | sort -u | tr '\n' ' ')
+	[ -z "$rejects" ] || log "warning: patch hunks did not apply to $rejects(see $dir/build.log)"
 	cp "$dir"/src/libkrunfw.so.5.* "$dir/out/"
 	ln -sf "$(basename "$dir"/out/libkrunfw.so.5.*)" "$dir/out/libkrunfw.so.5"
 	rm -rf "$dir/src"
