@@ -120,9 +120,7 @@ func testFileEvents(t *testing.T, e *env) {
 	must(t, os.WriteFile(filepath.Join(ws, "gone.txt"), []byte("x"), 0o644))
 	must(t, os.WriteFile(filepath.Join(ws, "old.txt"), []byte("x"), 0o644))
 	// An overlay root: the events concern the workspace share, not the
-	// root; and krunbox's libkrunfw, built from Linux 6.12.118 here, fails
-	// a block root's copy-up from the image with EOPNOTSUPP (2026-12-03,
-	// nested real VM), which Debian's 6.12.91 libkrunfw does not.
+	// root (block roots boot krunbox's libkrunfw in BlockRoot).
 	dir := e.started("fe", "--workspace", ws, "--root", "overlay")
 
 	// The runner says what the agent reported once it watches (or that
