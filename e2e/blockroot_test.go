@@ -103,8 +103,10 @@ func testBlockRoot(t *testing.T, e *env) {
 		DisksUsed, DisksSize, ImagesSize int64
 	}
 	if err := json.Unmarshal([]byte(e.ok("df", "--json")), &df); err != nil || len(df.Sandboxes) != 1 || df.Sandboxes[0].Root != "block" ||
-		df.DisksSize != blockDiskMiB<<20 || df.DisksUsed != ls[0].Disk.Used || df.ImagesSize == 0 {
-		t.Errorf("df --json: %+v %v, want the block root's disk and the image", df, err)
+		df.DisksSize != blockDiskMiB<<20 || df.DisksUsed < 128<<20 || df.DisksUsed > (blockDiskMiB+16)<<20 || df.ImagesSize == 0 {
+		// (the full disk's use, not ls's figure to the byte: the running
+		// guest's ext4 still commits its journal in between)
+		t.Errorf("df --json: %+v %v, want the block root's full disk and the image", df, err)
 	}
 	e.ok("exec", "blk", "sh", "-c", "rm /fill && sync")
 	// ext4 discards the freed blocks after its journal commits them.
