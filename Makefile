@@ -82,7 +82,7 @@ libkrun:
 # (/proc/fs/fsnotify_inject: host edits of the workspace wake the guest's file watchers).
 # hack/libkrunfw/build.sh builds it from a libkrunfw checkout (LIBKRUNFW_CHECKOUT=DIR),
 # with the kernel its Makefile downloads or KERNEL_TARBALL=FILE ("debian": Debian's
-# linux-source-6.12), cached by the hash of its inputs (about 35 minutes on 2 cores, once).
+# linux-source-6.12), cached by the hash of its inputs (about 10 minutes on 2 idle cores, once).
 # Where build/libkrunfw exists, the real-VM tier boots it (test.sh's KRUNFW) and
 # release-artifacts bundles it; elsewhere the file-event scenarios SKIP, saying why.
 LIBKRUNFW_BUILT    := $(BUILD)/libkrunfw

@@ -18,7 +18,7 @@
 #       JOBS      make's jobs (default: the number of CPUs)
 # The result is cached in $CACHE/libkrunfw-KEY, KEY a hash of this script, this folder's
 # patches, the checkout's patches, configs, Makefile and bundler, and the kernel tarball: a
-# machine builds each change once (about 35 minutes on 2 cores). Needs gcc, make, flex,
+# machine builds each change once (about 10 minutes on 2 idle cores). Needs gcc, make, flex,
 # bison, bc, libelf-dev and python3 with pyelftools (Debian: python3-pyelftools).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -72,7 +72,7 @@ flock 9
 if [ -f "$dir/ok" ]; then
 	log "cached: $dir/out"
 else
-	log "building libkrunfw with $(ls "$HERE"/*.patch | wc -l) krunbox patch(es) into $dir (about 35 minutes on 2 cores)"
+	log "building libkrunfw with $(ls "$HERE"/*.patch | wc -l) krunbox patch(es) into $dir (about 10 minutes on 2 idle cores)"
 	rm -rf "$dir"
 	mkdir -p "$dir/src" "$dir/out"
 	cp -a "$CHECKOUT/." "$dir/src/"
